@@ -1,0 +1,15 @@
+#pragma once
+
+// cotensor: asynchronous tensors on a dependency engine, awaitable from Asio coroutines.
+
+#include "cotensor/config.hpp"
+#include "cotensor/asio.hpp"
+#include "cotensor/device.hpp"
+#include "cotensor/error.hpp"
+#include "cotensor/ops.hpp"
+#include "cotensor/random.hpp"
+#include "cotensor/runtime.hpp"
+#include "cotensor/scope.hpp"
+#include "cotensor/shape.hpp"
+#include "cotensor/tensor.hpp"
+#include "cotensor/wait.hpp"

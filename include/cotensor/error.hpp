@@ -1,0 +1,41 @@
+#pragma once
+
+#include <string>
+#include <system_error>
+#include <type_traits>
+
+namespace cotensor {
+
+/// Runtime failures reported by cotensor as `std::error_code`s in `cotensor::error_category()`.
+///
+/// Bad arguments to an op (wrong shape, size, device) are not runtime failures: the op throws
+/// `std::invalid_argument` at its call and enqueues nothing.
+enum class errc {
+  /// The device named exists in no backend of this build or machine.
+  device_unavailable = 1,
+  /// A blocking wait was called on a backend worker thread, where it could deadlock.
+  wait_on_backend_thread,
+  /// The runtime is shutting down and takes no more work.
+  shutting_down,
+};
+
+/// The category of `cotensor::errc`.
+const std::error_category& error_category() noexcept;
+
+/// Makes an error code in `cotensor::error_category()`.
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), error_category()};
+}
+
+}  // namespace cotensor
+
+template <>
+struct std::is_error_code_enum<cotensor::errc> : std::true_type {};
+
+/// Aborts with the file and line when a precondition that only a bug can break is false.
+#define COTENSOR_ASSERT(cond)                                                                      \
+  ((cond) ? static_cast<void>(0) : ::cotensor::detail::assert_fail(#cond, __FILE__, __LINE__))
+
+namespace cotensor::detail {
+[[noreturn]] void assert_fail(const char* expr, const char* file, int line) noexcept;
+}  // namespace cotensor::detail

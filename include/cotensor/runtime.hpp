@@ -1,0 +1,95 @@
+#pragma once
+
+#include "cotensor/asio.hpp"
+#include "cotensor/detail/async_wait.hpp"
+#include "cotensor/detail/engine_fwd.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+namespace cotensor {
+
+namespace detail {
+class engine;
+}  // namespace detail
+
+/// How a runtime runs its ops.
+struct runtime_options {
+  /// Backend worker threads; 0 means one per hardware thread.
+  unsigned worker_threads = 0;
+  /// The most ops in flight (issued and not yet ended) before issuing blocks; 0: unbounded.
+  /// Bounds the memory a frontend that runs ahead can pin (the chapter's overfilled queue).
+  std::size_t max_in_flight = 1024;
+  /// Run every op at its call, on the calling thread, like MXNet's NaiveEngine: a kernel's
+  /// exception is thrown by the op call itself, at the offending line.
+  bool synchronous = false;
+
+  /// The defaults, overridden by the environment: `COTENSOR_ENGINE=naive` (synchronous) or
+  /// `threaded`, `COTENSOR_NUM_THREADS=N`, `COTENSOR_MAX_IN_FLIGHT=N` (0: unbounded).
+  /// Throws std::invalid_argument for a malformed value.
+  static runtime_options from_environment();
+};
+
+/// What a runtime has done so far.
+struct runtime_stats {
+  std::uint64_t issued = 0;      ///< ops issued
+  std::uint64_t completed = 0;   ///< ops ended (run, failed or skipped)
+  std::size_t in_flight = 0;     ///< issued and not yet ended
+  std::size_t peak_in_flight = 0;
+  std::uint64_t admission_waits = 0;  ///< times an issuing thread found the queue full
+};
+
+/// The engine and backend that run the ops issued while it is current.
+///
+/// Ops need no setup: a process-wide default runtime, configured by
+/// `runtime_options::from_environment()`, starts on first use. Constructing a `runtime` makes it
+/// current for the whole process (ops issued from any thread go to it) until it is destroyed,
+/// when the previous one is current again.
+///
+/// Destruction waits for every op issued on it to end. Thread safety: construct and destroy
+/// runtimes while no other thread issues ops; everything else may be called from any thread.
+class runtime {
+ public:
+  explicit runtime(runtime_options options = runtime_options::from_environment());
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+  ~runtime();
+
+  /// The current runtime, starting the default one on first use.
+  static runtime& current();
+
+  const runtime_options& options() const noexcept;
+  runtime_stats stats() const noexcept;
+  /// The number of backend worker threads.
+  unsigned worker_threads() const noexcept;
+
+  // For cotensor's own implementation.
+  detail::engine& engine() noexcept { return *engine_; }
+
+ private:
+  struct default_tag {};
+  runtime(default_tag, runtime_options options);
+
+  std::unique_ptr<detail::engine> engine_;
+  runtime* previous_ = nullptr;
+  bool installed_ = false;
+};
+
+/// Waits, as a universal Asio async operation, until the current runtime has room for another op
+/// in flight, so that a coroutine can pace itself instead of blocking its thread in an op call.
+///
+/// Completion: `void(std::exception_ptr)`, null; the handler runs on its associated executor.
+/// Room is not reserved: another thread may take it first. Cancellation: every type, completing
+/// promptly with `operation_aborted`. Thread safety: any thread.
+template <class Token>
+auto async_admit(Token&& token) {
+  return detail::async_wait_with(std::forward<Token>(token),
+                                 [](detail::waiter& w) { detail::start_admission(w); });
+}
+
+/// `co_await admission()`: `async_admit(asio::deferred)`.
+inline auto admission() { return async_admit(asio::deferred); }
+
+}  // namespace cotensor

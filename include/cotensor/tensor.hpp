@@ -1,0 +1,133 @@
+#pragma once
+
+#include "cotensor/asio.hpp"
+#include "cotensor/detail/async_wait.hpp"
+#include "cotensor/detail/engine_fwd.hpp"
+#include "cotensor/device.hpp"
+#include "cotensor/shape.hpp"
+
+#include <cstdint>
+#include <exception>
+#include <iosfwd>
+#include <memory>
+#include <vector>
+
+namespace cotensor {
+
+/// A handle to a float32, row-major, contiguous array whose value may still be being computed.
+///
+/// Every op on tensors returns at once: it validates its arguments (throwing
+/// `std::invalid_argument` for a bad shape, size or device, with nothing enqueued), allocates the
+/// result, and enqueues the work on the runtime's dependency engine. The engine orders the ops
+/// that touch one buffer — reads run together, a write waits for earlier reads and writes — and
+/// runs independent ops in parallel on the backend.
+///
+/// A `tensor` is a shared handle, like `std::shared_ptr`: copies refer to the same buffer, so an
+/// in-place op (`+=`) through one copy is seen by all; `reshape` shares the buffer too. The buffer
+/// lives as long as any handle or any op that uses it.
+///
+/// Errors: if an op's kernel throws (a user function in `map`, say), its outputs hold that
+/// exception; every op that reads them is skipped and holds it too; every wait, blocker and
+/// `co_await` on any of them rethrows it. Other work is not affected.
+///
+/// Thread safety: distinct handles may be used from any threads. One handle must not be assigned
+/// to while another thread uses it (as with `std::shared_ptr`). Ops issued from several threads
+/// on the same buffer are ordered in the order the engine receives them.
+class tensor {
+ public:
+  /// An empty handle with no buffer; ops and waits on it throw `std::invalid_argument`.
+  tensor() noexcept = default;
+
+  /// True when this handle refers to a buffer.
+  bool defined() const noexcept { return storage_ != nullptr; }
+  /// The extents.
+  const cotensor::shape& shape() const noexcept { return shape_; }
+  /// Number of elements.
+  std::int64_t numel() const noexcept { return shape_.numel(); }
+  /// Number of dimensions.
+  std::size_t rank() const noexcept { return shape_.rank(); }
+  /// Where the buffer lives.
+  cotensor::device device() const noexcept;
+
+  /// Blocks until this value is computed (the chapter's `wait_to_read`). Other work keeps
+  /// running.
+  ///
+  /// Errors: rethrows the exception of the op that failed to compute this value (or one it
+  /// depended on). Throws `std::system_error` with `errc::wait_on_backend_thread` when called on
+  /// a backend worker thread (from inside a `map` function), where it could deadlock.
+  /// Thread safety: any thread; never call it on a thread that runs an Asio event loop, which
+  /// it would stall: `co_await ready()` there instead.
+  void wait() const;
+
+  /// Waits for this value as a universal Asio async operation.
+  ///
+  /// Completion: `void(std::exception_ptr)`, null once every write to this tensor issued before
+  /// the call has ended. The handler runs on its associated executor (the runtime's fallback
+  /// executor if it has none), never on a backend thread, and never inside this call.
+  /// Errors: the exception of the op that failed to compute this value; `use_awaitable`,
+  /// `deferred` and `use_future` rethrow it.
+  /// Cancellation: every type (terminal, partial, total). A cancelled wait completes promptly
+  /// with a `boost::system::system_error` holding `asio::error::operation_aborted`; the op runs
+  /// on and its buffers stay alive until it ends.
+  /// Thread safety: any thread.
+  template <class Token>
+  auto async_wait(Token&& token) const {
+    require_defined("async_wait");
+    return detail::async_wait_with(std::forward<Token>(token),
+                                   [self = *this](detail::waiter& w) { detail::start_wait(self, w); });
+  }
+
+  /// `co_await t.ready()` inside an `asio::awaitable`: suspends until this value is computed
+  /// and resumes on the coroutine's executor; rethrows the error of a failed op.
+  /// Equivalent to `async_wait(asio::deferred)`; see `async_wait` for the details.
+  auto ready() const { return async_wait(asio::deferred); }
+
+  /// Blocks, then returns the single element (the chapter's `item()`).
+  /// Errors: `std::invalid_argument` at once if `numel() != 1`; the op's exception, as `wait`.
+  float item() const;
+
+  /// Blocks, then copies the elements to the host in row-major order (the chapter's
+  /// `asnumpy()`). Errors: as `wait`.
+  std::vector<float> to_vector() const;
+
+  /// Copies to device `d`, asynchronously. Errors: `std::system_error` with
+  /// `errc::device_unavailable` at once if `d` is not available in this build.
+  tensor to(cotensor::device d) const;
+
+  /// The sum of all elements as a rank-0 (one-element) tensor, asynchronously.
+  tensor sum() const;
+
+  /// In place: adds `rhs` (same shape, or broadcastable to this shape) to this buffer. A write
+  /// access: it waits for earlier reads and writes of this buffer and later ones wait for it.
+  tensor& operator+=(const tensor& rhs);
+  /// In place: adds `rhs` to every element.
+  tensor& operator+=(float rhs);
+  /// In place: subtracts `rhs`, as `+=`.
+  tensor& operator-=(const tensor& rhs);
+  /// In place: subtracts `rhs` from every element.
+  tensor& operator-=(float rhs);
+  /// In place: multiplies by `rhs`, as `+=`.
+  tensor& operator*=(const tensor& rhs);
+  /// In place: multiplies every element by `rhs`.
+  tensor& operator*=(float rhs);
+  /// In place: divides by `rhs`, as `+=`.
+  tensor& operator/=(const tensor& rhs);
+  /// In place: divides every element by `rhs`.
+  tensor& operator/=(float rhs);
+
+  // For cotensor's own implementation: a tensor made from a buffer.
+  tensor(std::shared_ptr<detail::storage> storage, cotensor::shape s) noexcept;
+  const std::shared_ptr<detail::storage>& storage() const noexcept { return storage_; }
+
+ private:
+  void require_defined(const char* what) const;
+
+  std::shared_ptr<detail::storage> storage_;
+  cotensor::shape shape_;
+};
+
+/// Blocks until `t` is computed, then prints it as `tensor([[1, 2], [3, 4]], shape=[2, 2])`.
+/// Errors: as `tensor::wait`.
+std::ostream& operator<<(std::ostream& os, const tensor& t);
+
+}  // namespace cotensor

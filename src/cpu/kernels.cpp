@@ -1,0 +1,313 @@
+#include "cpu/kernels.hpp"
+
+#include <Random123/boxmuller.hpp>
+#include <Random123/philox.h>
+#include <cblas.h>
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace cotensor::detail::cpu {
+namespace {
+
+constexpr std::int64_t elementwise_grain = 1 << 15;
+
+template <class F>
+void for_chunks(std::int64_t n, std::int64_t grain, F&& f) {
+  if (n <= grain) {
+    if (n > 0) {
+      f(std::int64_t{0}, n);
+    }
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, grain),
+                    [&](const tbb::blocked_range<std::int64_t>& r) { f(r.begin(), r.end()); });
+}
+
+template <class Op>
+void binary_flat(const float* a, const float* b, float* out, std::int64_t n, Op op) {
+  for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) {
+      out[i] = op(a[i], b[i]);
+    }
+  });
+}
+
+template <class F>
+decltype(auto) with_binary(binary_op op, F&& f) {
+  switch (op) {
+    case binary_op::add:
+      return f([](float x, float y) { return x + y; });
+    case binary_op::sub:
+      return f([](float x, float y) { return x - y; });
+    case binary_op::mul:
+      return f([](float x, float y) { return x * y; });
+    case binary_op::div:
+      break;
+  }
+  return f([](float x, float y) { return x / y; });
+}
+
+template <class F>
+decltype(auto) with_unary(unary_op op, F&& f) {
+  switch (op) {
+    case unary_op::neg:
+      return f([](float x) { return -x; });
+    case unary_op::relu:
+      return f([](float x) { return x > 0.0F ? x : 0.0F; });
+    case unary_op::exp:
+      return f([](float x) { return std::exp(x); });
+    case unary_op::log:
+      return f([](float x) { return std::log(x); });
+    case unary_op::sqrt:
+      return f([](float x) { return std::sqrt(x); });
+    case unary_op::tanh:
+      return f([](float x) { return std::tanh(x); });
+    case unary_op::sigmoid:
+      break;
+  }
+  return f([](float x) { return 1.0F / (1.0F + std::exp(-x)); });
+}
+
+}  // namespace
+
+void init_backend() { openblas_set_num_threads(1); }
+
+void parallel_chunks(std::int64_t n,
+                     std::int64_t grain,
+                     const std::function<void(std::int64_t, std::int64_t)>& f) {
+  for_chunks(n, grain, f);
+}
+
+float apply(binary_op op, float a, float b) noexcept {
+  return with_binary(op, [&](auto f) { return f(a, b); });
+}
+
+float apply(unary_op op, float x) noexcept {
+  return with_unary(op, [&](auto f) { return f(x); });
+}
+
+void fill(float* out, std::int64_t n, float value) {
+  for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    std::fill(out + lo, out + hi, value);
+  });
+}
+
+void copy(const float* in, float* out, std::int64_t n) {
+  for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    std::memcpy(out + lo, in + lo, static_cast<std::size_t>(hi - lo) * sizeof(float));
+  });
+}
+
+void binary(binary_op op,
+            const float* a,
+            const shape& a_shape,
+            const float* b,
+            const shape& b_shape,
+            float* out,
+            const shape& out_shape) {
+  const std::int64_t n = out_shape.numel();
+  if (a_shape == b_shape) {
+    with_binary(op, [&](auto f) { binary_flat(a, b, out, n, f); });
+    return;
+  }
+  if (b_shape.numel() == 1 && a_shape == out_shape) {
+    binary_scalar(op, a, b[0], false, out, n);
+    return;
+  }
+  if (a_shape.numel() == 1 && b_shape == out_shape) {
+    binary_scalar(op, b, a[0], true, out, n);
+    return;
+  }
+  // General broadcasting: strides of a and b in the output's index space (0 where broadcast).
+  const std::size_t rank = out_shape.rank();
+  std::vector<std::int64_t> a_stride(rank, 0), b_stride(rank, 0);
+  auto strides_for = [&](const shape& s, std::vector<std::int64_t>& stride) {
+    std::int64_t step = 1;
+    for (std::size_t d = 0; d < s.rank(); ++d) {
+      const std::size_t si = s.rank() - 1 - d;
+      const std::size_t oi = rank - 1 - d;
+      stride[oi] = s[si] == 1 ? 0 : step;
+      step *= s[si];
+    }
+  };
+  strides_for(a_shape, a_stride);
+  strides_for(b_shape, b_stride);
+  const std::int64_t inner = out_shape[rank - 1];
+  const std::int64_t rows = inner == 0 ? 0 : n / inner;
+  const std::int64_t as = a_stride[rank - 1];
+  const std::int64_t bs = b_stride[rank - 1];
+  const std::int64_t grain = std::max<std::int64_t>(1, elementwise_grain / std::max<std::int64_t>(inner, 1));
+  with_binary(op, [&](auto f) {
+    for_chunks(rows, grain, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t row = lo; row < hi; ++row) {
+        std::int64_t ao = 0;
+        std::int64_t bo = 0;
+        std::int64_t rest = row;
+        for (std::size_t d = rank - 1; d-- > 0;) {
+          const std::int64_t idx = rest % out_shape[d];
+          rest /= out_shape[d];
+          ao += idx * a_stride[d];
+          bo += idx * b_stride[d];
+        }
+        float* o = out + row * inner;
+        for (std::int64_t i = 0; i < inner; ++i) {
+          o[i] = f(a[ao + i * as], b[bo + i * bs]);
+        }
+      }
+    });
+  });
+}
+
+void binary_scalar(binary_op op, const float* a, float s, bool scalar_left, float* out,
+                   std::int64_t n) {
+  with_binary(op, [&](auto f) {
+    for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+      if (scalar_left) {
+        for (std::int64_t i = lo; i < hi; ++i) {
+          out[i] = f(s, a[i]);
+        }
+      } else {
+        for (std::int64_t i = lo; i < hi; ++i) {
+          out[i] = f(a[i], s);
+        }
+      }
+    });
+  });
+}
+
+void unary(unary_op op, const float* in, float* out, std::int64_t n) {
+  with_unary(op, [&](auto f) {
+    for_chunks(n, elementwise_grain / 4, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) {
+        out[i] = f(in[i]);
+      }
+    });
+  });
+}
+
+void matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
+            std::int64_t n) {
+  if (m == 0 || n == 0) {
+    return;
+  }
+  if (k == 0) {
+    fill(c, m * n, 0.0F);
+    return;
+  }
+  // Tiles of whole rows (and column panels for wide outputs), a few per worker, each one
+  // single-threaded SGEMM call: oneTBB balances them, OpenBLAS keeps its own threads off.
+  const std::int64_t workers = std::max(1, tbb::this_task_arena::max_concurrency());
+  const bool small = m * n * k <= 64 * 64 * 64;
+  const std::int64_t col_tile = small || n <= 2048 ? n : 1024;
+  const std::int64_t col_tiles = (n + col_tile - 1) / col_tile;
+  std::int64_t row_tile = small ? m : std::max<std::int64_t>(8, (m + 4 * workers - 1) / (4 * workers));
+  row_tile = (row_tile + 7) / 8 * 8;
+  const std::int64_t row_tiles = (m + row_tile - 1) / row_tile;
+  auto tile = [&](std::int64_t t) {
+    const std::int64_t i = (t / col_tiles) * row_tile;
+    const std::int64_t j = (t % col_tiles) * col_tile;
+    const std::int64_t mb = std::min(row_tile, m - i);
+    const std::int64_t nb = std::min(col_tile, n - j);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(mb),
+                static_cast<int>(nb), static_cast<int>(k), 1.0F, a + i * k, static_cast<int>(k),
+                b + j, static_cast<int>(n), 0.0F, c + i * n + j, static_cast<int>(n));
+  };
+  const std::int64_t tiles = row_tiles * col_tiles;
+  if (tiles == 1) {
+    tile(0);
+    return;
+  }
+  tbb::parallel_for(std::int64_t{0}, tiles, tile);
+}
+
+void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
+  constexpr std::int64_t block = 32;
+  const std::int64_t row_blocks = (rows + block - 1) / block;
+  for_chunks(row_blocks, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(cols, 1)),
+             [&](std::int64_t lo, std::int64_t hi) {
+               for (std::int64_t rb = lo; rb < hi; ++rb) {
+                 const std::int64_t r_end = std::min(rows, (rb + 1) * block);
+                 for (std::int64_t c0 = 0; c0 < cols; c0 += block) {
+                   const std::int64_t c_end = std::min(cols, c0 + block);
+                   for (std::int64_t r = rb * block; r < r_end; ++r) {
+                     for (std::int64_t c = c0; c < c_end; ++c) {
+                       out[c * rows + r] = in[r * cols + c];
+                     }
+                   }
+                 }
+               }
+             });
+}
+
+double sum(const float* in, std::int64_t n) {
+  constexpr std::int64_t chunk = 1 << 14;
+  const std::int64_t chunks = (n + chunk - 1) / chunk;
+  std::vector<double> partial(static_cast<std::size_t>(chunks), 0.0);
+  for_chunks(chunks, 1, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t c = lo; c < hi; ++c) {
+      const std::int64_t end = std::min(n, (c + 1) * chunk);
+      double acc = 0.0;
+      for (std::int64_t i = c * chunk; i < end; ++i) {
+        acc += in[i];
+      }
+      partial[static_cast<std::size_t>(c)] = acc;
+    }
+  });
+  double total = 0.0;
+  for (double p : partial) {
+    total += p;
+  }
+  return total;
+}
+
+void sum_axis(const float* in, std::int64_t outer, std::int64_t extent, std::int64_t inner,
+              double scale, float* out) {
+  for_chunks(outer, std::max<std::int64_t>(1, elementwise_grain / std::max<std::int64_t>(extent * inner, 1)),
+             [&](std::int64_t lo, std::int64_t hi) {
+               std::vector<double> acc(static_cast<std::size_t>(inner));
+               for (std::int64_t o = lo; o < hi; ++o) {
+                 std::fill(acc.begin(), acc.end(), 0.0);
+                 const float* base = in + o * extent * inner;
+                 for (std::int64_t a = 0; a < extent; ++a) {
+                   for (std::int64_t i = 0; i < inner; ++i) {
+                     acc[static_cast<std::size_t>(i)] += base[a * inner + i];
+                   }
+                 }
+                 for (std::int64_t i = 0; i < inner; ++i) {
+                   out[o * inner + i] = static_cast<float>(acc[static_cast<std::size_t>(i)] * scale);
+                 }
+               }
+             });
+}
+
+void randn(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream) {
+  const std::int64_t blocks = (n + 3) / 4;
+  for_chunks(blocks, elementwise_grain / 4, [&](std::int64_t lo, std::int64_t hi) {
+    r123::Philox4x32 rng;
+    const r123::Philox4x32::key_type key = {
+        {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)}};
+    for (std::int64_t blk = lo; blk < hi; ++blk) {
+      const auto ublk = static_cast<std::uint64_t>(blk);
+      const r123::Philox4x32::ctr_type ctr = {
+          {static_cast<std::uint32_t>(ublk), static_cast<std::uint32_t>(ublk >> 32),
+           static_cast<std::uint32_t>(stream), static_cast<std::uint32_t>(stream >> 32)}};
+      const auto r = rng(ctr, key);
+      const auto p = r123::boxmuller(r[0], r[1]);
+      const auto q = r123::boxmuller(r[2], r[3]);
+      const float values[4] = {p.x, p.y, q.x, q.y};
+      const std::int64_t base = blk * 4;
+      const std::int64_t count = std::min<std::int64_t>(4, n - base);
+      for (std::int64_t j = 0; j < count; ++j) {
+        out[base + j] = values[j];
+      }
+    }
+  });
+}
+
+}  // namespace cotensor::detail::cpu

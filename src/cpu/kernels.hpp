@@ -1,0 +1,56 @@
+#pragma once
+
+// The CPU backend's kernels. Each runs on a backend thread and may split itself across the
+// arena with nested oneTBB loops. Results never depend on the number of threads.
+
+#include "cotensor/shape.hpp"
+
+#include <cstdint>
+#include <functional>
+
+namespace cotensor::detail::cpu {
+
+/// Once per engine: switches OpenBLAS's own threading off (oneTBB schedules the GEMM tiles).
+void init_backend();
+
+/// Calls `f(begin, end)` over `[0, n)` in chunks of about `grain`, in parallel when n > grain.
+void parallel_chunks(std::int64_t n,
+                     std::int64_t grain,
+                     const std::function<void(std::int64_t, std::int64_t)>& f);
+
+enum class binary_op : std::uint8_t { add, sub, mul, div };
+enum class unary_op : std::uint8_t { neg, relu, exp, log, sqrt, tanh, sigmoid };
+
+void fill(float* out, std::int64_t n, float value);
+void copy(const float* in, float* out, std::int64_t n);
+/// out = a ⊗ b with NumPy broadcasting; `out_shape` is the broadcast shape. `out` may alias `a`
+/// when `a_shape == out_shape`, or `b` when `b_shape == out_shape`.
+void binary(binary_op op,
+            const float* a,
+            const shape& a_shape,
+            const float* b,
+            const shape& b_shape,
+            float* out,
+            const shape& out_shape);
+/// out = a ⊗ s (or s ⊗ a when `scalar_left`), elementwise; `out` may alias `a`.
+void binary_scalar(binary_op op, const float* a, float s, bool scalar_left, float* out,
+                   std::int64_t n);
+void unary(unary_op op, const float* in, float* out, std::int64_t n);
+float apply(binary_op op, float a, float b) noexcept;
+float apply(unary_op op, float x) noexcept;
+
+/// c[m, n] = a[m, k] · b[k, n], row-major.
+void matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
+            std::int64_t n);
+/// out[cols, rows] = in[rows, cols]ᵀ.
+void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols);
+/// The sum of `n` floats, accumulated in double in fixed chunks: deterministic.
+double sum(const float* in, std::int64_t n);
+/// out[o, i] = scale · Σ_a in[o, a, i] for a tensor viewed as [outer, extent, inner].
+void sum_axis(const float* in, std::int64_t outer, std::int64_t extent, std::int64_t inner,
+              double scale, float* out);
+/// Standard normal samples: element i from Philox-4x32-10 block i/4 of stream `stream` under
+/// key `seed`, through Box-Muller.
+void randn(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream);
+
+}  // namespace cotensor::detail::cpu

@@ -1,0 +1,424 @@
+#include "engine/engine.hpp"
+
+#include "cotensor/error.hpp"
+#include "cotensor/tensor.hpp"
+#include "cpu/kernels.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace cotensor::detail {
+namespace {
+
+// The engine whose arena the calling thread is working in, if any (set by `backend_observer`).
+thread_local const engine* current_backend = nullptr;
+
+class backend_observer final : public tbb::task_scheduler_observer {
+ public:
+  backend_observer(tbb::task_arena& arena, const engine* owner)
+      : tbb::task_scheduler_observer(arena), owner_(owner) {
+    observe(true);
+  }
+  ~backend_observer() override { observe(false); }
+  void on_scheduler_entry(bool /*is_worker*/) override { current_backend = owner_; }
+  void on_scheduler_exit(bool /*is_worker*/) override { current_backend = nullptr; }
+
+ private:
+  const engine* owner_;
+};
+
+thread_local tracker* current_scope_tracker = nullptr;
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+unsigned default_workers(const runtime_options& options) {
+  if (options.worker_threads != 0) {
+    return options.worker_threads;
+  }
+  return std::max(1U, std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
+// --- storage -------------------------------------------------------------------------------
+
+storage::storage(std::int64_t numel, cotensor::device d) : numel_(numel), device_(d) {
+  constexpr std::size_t alignment = 64;
+  std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(numel, 1)) * sizeof(float);
+  bytes = (bytes + alignment - 1) / alignment * alignment;
+  data_ = static_cast<float*>(std::aligned_alloc(alignment, bytes));
+  if (data_ == nullptr) {
+    throw std::bad_alloc();
+  }
+}
+
+storage::~storage() { std::free(data_); }
+
+// --- op_node -------------------------------------------------------------------------------
+
+void op_node::dependency_met() {
+  if (unmet.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    owner->dispatch(this);
+  }
+}
+
+// --- blocking_waiter -----------------------------------------------------------------------
+
+void blocking_waiter::complete(std::exception_ptr error) noexcept {
+  std::lock_guard lock(mutex_);
+  error_ = std::move(error);
+  done_.store(true, std::memory_order_release);
+  cv_.notify_one();
+}
+
+std::exception_ptr blocking_waiter::wait() {
+  // A short spin catches a result that is about to arrive without paying for a sleep/wake.
+  for (int i = 0; i < 256 && !done_.load(std::memory_order_acquire); ++i) {
+    cpu_relax();
+  }
+  // Always take the lock: `complete` may still be inside its critical section, touching us.
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [this] { return done_.load(std::memory_order_relaxed); });
+  return std::move(error_);
+}
+
+void check_may_block(const char* what) {
+  if (engine::on_worker_thread()) {
+    throw std::system_error(make_error_code(errc::wait_on_backend_thread), what);
+  }
+}
+
+// --- engine --------------------------------------------------------------------------------
+
+engine::engine(const runtime_options& options)
+    : options_(options), workers_(default_workers(options)) {
+  cpu::init_backend();
+  // oneTBB keeps a slot for a joining caller thread; our callers only enqueue, so give the
+  // arena all the workers and raise the process-wide limit by one (see DESIGN.md §3).
+  auto limit = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  if (limit < workers_ + 1) {
+    parallelism_.emplace(tbb::global_control::max_allowed_parallelism, workers_ + 1);
+  }
+  arena_.initialize(static_cast<int>(workers_), 0);
+  observer_ = std::make_unique<backend_observer>(arena_, this);
+}
+
+engine::~engine() {
+  blocking_waiter all;
+  tracker_->wait(all);
+  all.wait();
+  observer_.reset();
+  arena_.terminate();
+  if (fallback_) {
+    fallback_->join();
+  }
+}
+
+bool engine::on_worker_thread() noexcept { return current_backend != nullptr; }
+
+void engine::push(std::unique_ptr<op_node> node) {
+  op_node* op = node.release();
+  op->owner = this;
+  acquire_room();
+  issued_.fetch_add(1, std::memory_order_relaxed);
+  op->generation = tracker_->enter();
+  if (tracker* s = current_scope_tracker) {
+    op->scope = s->shared_from_this();
+    op->scope_generation = s->enter();
+  }
+  blocking_waiter done;
+  if (options_.synchronous) {
+    op->on_done = &done;
+  }
+  // One unmet dependency per access, plus one we hold until every access is requested, so the
+  // op cannot start (and be freed) while we still walk its accesses.
+  op->unmet.store(static_cast<std::int32_t>(op->accesses.size()) + 1, std::memory_order_relaxed);
+  for (auto& a : op->accesses) {
+    if (a.mode == access_mode::read) {
+      a.buffer->var.read(op);
+    } else {
+      a.buffer->var.write(op);
+    }
+  }
+  op->dependency_met();
+  if (options_.synchronous) {
+    if (auto error = done.wait()) {
+      std::rethrow_exception(error);
+    }
+  }
+}
+
+void engine::dispatch(op_node* op) {
+  if (options_.synchronous) {
+    arena_.execute([this, op] { run(op); });
+    return;
+  }
+  arena_.enqueue([this, op] { run(op); });
+}
+
+std::exception_ptr engine::run(op_node* op) noexcept {
+  std::exception_ptr inherited;
+  for (const auto& a : op->accesses) {
+    if (a.mode != access_mode::write && a.buffer->var.error) {
+      inherited = a.buffer->var.error;
+      break;
+    }
+  }
+  std::exception_ptr own;
+  if (!inherited) {
+    try {
+      op->kernel();
+    } catch (...) {
+      own = std::current_exception();
+    }
+  }
+  waiter* on_done = op->on_done;
+  retire(op, inherited ? inherited : own);
+  if (on_done != nullptr) {
+    on_done->complete(own);
+  }
+  return own;
+}
+
+void engine::retire(op_node* op, const std::exception_ptr& error) noexcept {
+  std::unique_ptr<op_node> node(op);
+  for (const auto& a : node->accesses) {
+    if (a.mode != access_mode::read) {
+      a.buffer->var.error = error;
+    }
+  }
+  // Release the buffers first: successors may start while we finish the bookkeeping.
+  for (const auto& a : node->accesses) {
+    if (a.mode == access_mode::read) {
+      a.buffer->var.end_read();
+    } else {
+      a.buffer->var.end_write();
+    }
+  }
+  auto scope = std::move(node->scope);
+  auto scope_generation = node->scope_generation;
+  auto generation = node->generation;
+  node.reset();
+  if (scope) {
+    scope->leave(scope_generation, error);
+  }
+  completed_.fetch_add(1, std::memory_order_relaxed);
+  release_room();
+  // Last: once the runtime's tracker sees the op leave, the engine may be destroyed.
+  auto all = tracker_;
+  all->leave(generation, error);
+}
+
+void engine::acquire_room() {
+  const std::size_t limit = options_.max_in_flight;
+  std::size_t now = in_flight_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (limit == 0 || now < limit) {
+      if (in_flight_.compare_exchange_weak(now, now + 1, std::memory_order_seq_cst)) {
+        break;
+      }
+      continue;
+    }
+    admission_waits_.fetch_add(1, std::memory_order_relaxed);
+    room_wanted_.fetch_add(1, std::memory_order_seq_cst);
+    {
+      std::unique_lock lock(room_mutex_);
+      room_cv_.wait(lock, [&] { return in_flight_.load(std::memory_order_seq_cst) < limit; });
+    }
+    room_wanted_.fetch_sub(1, std::memory_order_seq_cst);
+    now = in_flight_.load(std::memory_order_relaxed);
+  }
+  std::size_t peak = peak_in_flight_.load(std::memory_order_relaxed);
+  while (now + 1 > peak &&
+         !peak_in_flight_.compare_exchange_weak(peak, now + 1, std::memory_order_relaxed)) {
+  }
+}
+
+void engine::release_room() noexcept {
+  in_flight_.fetch_sub(1, std::memory_order_seq_cst);
+  if (room_wanted_.load(std::memory_order_seq_cst) == 0) {
+    return;
+  }
+  boost::container::small_vector<waiter*, 8> ready;
+  {
+    std::lock_guard lock(room_mutex_);
+    const std::size_t limit = options_.max_in_flight;
+    std::size_t now = in_flight_.load(std::memory_order_seq_cst);
+    while (!room_waiters_.empty() && now + ready.size() < limit) {
+      ready.push_back(room_waiters_.front());
+      room_waiters_.pop_front();
+    }
+    room_cv_.notify_all();
+  }
+  room_wanted_.fetch_sub(static_cast<std::int32_t>(ready.size()), std::memory_order_seq_cst);
+  for (waiter* w : ready) {
+    w->complete(nullptr);
+  }
+}
+
+void engine::admit(waiter& w) {
+  const std::size_t limit = options_.max_in_flight;
+  if (limit != 0 && in_flight_.load(std::memory_order_seq_cst) >= limit) {
+    room_wanted_.fetch_add(1, std::memory_order_seq_cst);
+    std::unique_lock lock(room_mutex_);
+    if (in_flight_.load(std::memory_order_seq_cst) >= limit) {
+      room_waiters_.push_back(&w);
+      return;
+    }
+    lock.unlock();
+    room_wanted_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  w.complete(nullptr);
+}
+
+asio::any_io_executor engine::fallback_executor() {
+  std::call_once(fallback_once_, [this] { fallback_ = std::make_unique<asio::thread_pool>(1); });
+  return fallback_->get_executor();
+}
+
+runtime_stats engine::stats() const noexcept {
+  runtime_stats s;
+  s.issued = issued_.load(std::memory_order_relaxed);
+  s.completed = completed_.load(std::memory_order_relaxed);
+  s.in_flight = in_flight_.load(std::memory_order_relaxed);
+  s.peak_in_flight = peak_in_flight_.load(std::memory_order_relaxed);
+  s.admission_waits = admission_waits_.load(std::memory_order_relaxed);
+  return s;
+}
+
+// --- scopes --------------------------------------------------------------------------------
+
+tracker* current_scope() noexcept { return current_scope_tracker; }
+void set_current_scope(tracker* t) noexcept { current_scope_tracker = t; }
+
+// --- issuing -------------------------------------------------------------------------------
+
+void issue(const char* name,
+           std::initializer_list<std::shared_ptr<storage>> reads,
+           std::initializer_list<std::shared_ptr<storage>> writes,
+           std::function<void()> kernel) {
+  auto op = std::make_unique<op_node>();
+  op->name = name;
+  op->kernel = std::move(kernel);
+  auto find = [&](const storage* s) {
+    return std::ranges::find_if(op->accesses, [s](const access& a) { return a.buffer.get() == s; });
+  };
+  for (const auto& w : writes) {
+    if (find(w.get()) == op->accesses.end()) {
+      op->accesses.push_back({w, access_mode::write});
+    }
+  }
+  for (const auto& r : reads) {
+    auto it = find(r.get());
+    if (it == op->accesses.end()) {
+      op->accesses.push_back({r, access_mode::read});
+    } else if (it->mode == access_mode::write) {
+      it->mode = access_mode::read_write;
+    }
+  }
+  current_engine().push(std::move(op));
+}
+
+// --- waits ---------------------------------------------------------------------------------
+
+namespace {
+
+// Joins several waits into one: completes `target` when all have, with the first error in
+// argument order.
+class join_waiter {
+ public:
+  join_waiter(std::size_t n, waiter& target) : errors_(n), target_(target) {}
+
+  waiter& part(std::size_t i) { return parts_.emplace_back(this, i); }
+  void arm(std::size_t n) { remaining_.store(static_cast<std::int64_t>(n)); }
+
+ private:
+  struct part_waiter final : waiter {
+    part_waiter(join_waiter* j, std::size_t i) : join(j), index(i) {}
+    void complete(std::exception_ptr error) noexcept override {
+      join->errors_[index] = std::move(error);
+      join->finish_one();
+    }
+    join_waiter* join;
+    std::size_t index;
+  };
+
+  void finish_one() noexcept {
+    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+      return;
+    }
+    std::exception_ptr first;
+    for (auto& e : errors_) {
+      if (e) {
+        first = e;
+        break;
+      }
+    }
+    waiter& target = target_;
+    delete this;
+    target.complete(std::move(first));
+  }
+
+  std::vector<std::exception_ptr> errors_;
+  std::deque<part_waiter> parts_;  // stable addresses
+  std::atomic<std::int64_t> remaining_{0};
+  waiter& target_;
+};
+
+const std::shared_ptr<storage>& checked_storage(const tensor& t, const char* what) {
+  if (!t.defined()) {
+    throw std::invalid_argument(std::string("cotensor::") + what + ": empty tensor");
+  }
+  return t.storage();
+}
+
+}  // namespace
+
+void start_wait(const tensor& t, waiter& w) {
+  checked_storage(t, "wait").get()->var.wait_read(w);
+}
+
+void start_wait(std::span<const tensor* const> ts, waiter& w) {
+  for (const tensor* t : ts) {
+    checked_storage(*t, "when_all");
+  }
+  if (ts.empty()) {
+    w.complete(nullptr);
+    return;
+  }
+  auto* join = new join_waiter(ts.size(), w);
+  std::vector<waiter*> parts;
+  parts.reserve(ts.size());
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    parts.push_back(&join->part(i));
+  }
+  join->arm(ts.size());
+  // After arming, `join` may be deleted by the last part to complete: use only `parts`.
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    ts[i]->storage()->var.wait_read(*parts[i]);
+  }
+}
+
+void start_wait_all(waiter& w) { current_engine().wait_all(w); }
+
+void start_wait_scope(tracker& t, waiter& w) { t.wait(w); }
+
+void start_admission(waiter& w) { current_engine().admit(w); }
+
+asio::any_io_executor fallback_executor() { return current_engine().fallback_executor(); }
+
+engine& current_engine() { return runtime::current().engine(); }
+
+}  // namespace cotensor::detail

@@ -1,0 +1,170 @@
+#pragma once
+
+#include "cotensor/asio.hpp"
+#include "cotensor/detail/engine_fwd.hpp"
+#include "cotensor/device.hpp"
+#include "cotensor/runtime.hpp"
+#include "engine/tracker.hpp"
+#include "engine/var.hpp"
+
+#include <boost/asio/thread_pool.hpp>
+#include <boost/container/small_vector.hpp>
+
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_scheduler_observer.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+namespace cotensor::detail {
+
+class engine;
+
+/// A tensor's buffer: 64-byte aligned floats plus the read/write queue that orders access.
+class storage {
+ public:
+  storage(std::int64_t numel, cotensor::device d);
+  storage(const storage&) = delete;
+  storage& operator=(const storage&) = delete;
+  ~storage();
+
+  float* data() noexcept { return data_; }
+  std::int64_t numel() const noexcept { return numel_; }
+  cotensor::device device() const noexcept { return device_; }
+
+  detail::var var;
+
+ private:
+  float* data_;
+  std::int64_t numel_;
+  cotensor::device device_;
+};
+
+/// How an op touches a buffer. `read_write` is a write whose old value matters (`+=`): the
+/// buffer's old error is inherited like an input's.
+enum class access_mode : std::uint8_t { read, write, read_write };
+
+struct access {
+  std::shared_ptr<storage> buffer;
+  access_mode mode;
+};
+
+/// One op in the engine: what it touches, what it runs, and the sets it belongs to.
+struct op_node {
+  const char* name = "";
+  std::function<void()> kernel;
+  boost::container::small_vector<access, 3> accesses;  // one per buffer, deduplicated
+  engine* owner = nullptr;
+  // Accesses not yet granted, plus one held by `push` until every access is requested.
+  std::atomic<std::int32_t> unmet{0};
+  std::uint64_t generation = 0;       // in the runtime's tracker
+  std::shared_ptr<tracker> scope;     // null when issued outside a scope
+  std::uint64_t scope_generation = 0;
+  waiter* on_done = nullptr;          // synchronous mode: completed with the op's own error
+
+  /// One access granted (or `push` done asking); the last one dispatches the op.
+  void dependency_met();
+};
+
+/// The dependency engine and the CPU backend of one runtime.
+class engine {
+ public:
+  explicit engine(const runtime_options& options);
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+  /// Waits for every op issued on this engine, then stops the backend.
+  ~engine();
+
+  /// Issues `op`: waits for room in flight (blocking), then requests its accesses; returns at
+  /// once. In synchronous mode runs it before returning and rethrows its own exception.
+  void push(std::unique_ptr<op_node> op);
+
+  void wait_all(waiter& w) { tracker_->wait(w); }
+  void admit(waiter& w);
+  asio::any_io_executor fallback_executor();
+  const runtime_options& options() const noexcept { return options_; }
+  runtime_stats stats() const noexcept;
+  unsigned worker_threads() const noexcept { return workers_; }
+  /// True on one of this process's backend worker threads.
+  static bool on_worker_thread() noexcept;
+  /// Runs `f` inside the backend arena (so nested parallel loops use its workers) and waits.
+  template <class F>
+  void execute(F&& f) {
+    arena_.execute(std::forward<F>(f));
+  }
+
+ private:
+  friend struct op_node;
+  void dispatch(op_node* op);
+  // Runs the kernel (or skips it after an input's error), then retires the op.
+  // Returns the op's own exception (null if it succeeded or inherited one); completes
+  // `op->on_done` with it.
+  std::exception_ptr run(op_node* op) noexcept;
+  void retire(op_node* op, const std::exception_ptr& error) noexcept;
+  void acquire_room();
+  void release_room() noexcept;
+
+  runtime_options options_;
+  unsigned workers_;
+  std::optional<tbb::global_control> parallelism_;
+  tbb::task_arena arena_;
+  std::unique_ptr<tbb::task_scheduler_observer> observer_;
+  std::shared_ptr<tracker> tracker_ = std::make_shared<tracker>(false);
+
+  std::atomic<std::size_t> in_flight_{0};
+  std::atomic<std::uint64_t> issued_{0};
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<std::size_t> peak_in_flight_{0};
+  std::atomic<std::uint64_t> admission_waits_{0};
+
+  // Admission: threads blocked in push and async waiters, woken as ops retire.
+  std::atomic<std::int32_t> room_wanted_{0};
+  std::mutex room_mutex_;
+  std::condition_variable room_cv_;
+  std::deque<waiter*> room_waiters_;
+
+  std::once_flag fallback_once_;
+  std::unique_ptr<asio::thread_pool> fallback_;
+};
+
+/// The engine of the current runtime.
+engine& current_engine();
+
+/// The tracker of the scope current on this thread, or null.
+tracker* current_scope() noexcept;
+void set_current_scope(tracker* t) noexcept;
+
+/// Builds and issues an op on the current engine. `reads` and `writes` may overlap: a buffer
+/// both read and written is one `read_write` access.
+void issue(const char* name,
+           std::initializer_list<std::shared_ptr<storage>> reads,
+           std::initializer_list<std::shared_ptr<storage>> writes,
+           std::function<void()> kernel);
+
+/// A thread blocked until the engine completes it; spins briefly before sleeping.
+class blocking_waiter final : public waiter {
+ public:
+  void complete(std::exception_ptr error) noexcept override;
+  /// Blocks until `complete`, then returns its error.
+  std::exception_ptr wait();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::exception_ptr error_;
+  std::atomic<bool> done_{false};  // set under mutex_, read lock-free while spinning
+};
+
+/// Throws std::system_error (errc::wait_on_backend_thread) on a backend worker thread.
+void check_may_block(const char* what);
+
+}  // namespace cotensor::detail

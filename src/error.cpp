@@ -1,0 +1,40 @@
+#include "cotensor/error.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace cotensor {
+namespace {
+
+class category final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "cotensor"; }
+  std::string message(int ev) const override {
+    switch (static_cast<errc>(ev)) {
+      case errc::device_unavailable:
+        return "device unavailable in this build or on this machine";
+      case errc::wait_on_backend_thread:
+        return "blocking wait on a backend worker thread (it could deadlock)";
+      case errc::shutting_down:
+        return "the runtime is shutting down";
+    }
+    return "unknown cotensor error";
+  }
+};
+
+}  // namespace
+
+const std::error_category& error_category() noexcept {
+  static const category instance;
+  return instance;
+}
+
+namespace detail {
+
+void assert_fail(const char* expr, const char* file, int line) noexcept {
+  std::fprintf(stderr, "%s:%d: cotensor assertion failed: %s\n", file, line, expr);
+  std::abort();
+}
+
+}  // namespace detail
+}  // namespace cotensor

@@ -1,0 +1,89 @@
+#include "cotensor/runtime.hpp"
+
+#include "cotensor/wait.hpp"
+#include "engine/engine.hpp"
+
+#include <atomic>
+#include <charconv>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace cotensor {
+namespace {
+
+std::atomic<runtime*> installed{nullptr};
+
+template <class T>
+T parse_number(const char* name, std::string_view text) {
+  T value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size()) {
+    throw std::invalid_argument(std::string("cotensor: environment variable ") + name + "='" +
+                                std::string(text) + "' is not a non-negative integer");
+  }
+  return value;
+}
+
+}  // namespace
+
+runtime_options runtime_options::from_environment() {
+  runtime_options options;
+  if (const char* engine = std::getenv("COTENSOR_ENGINE")) {
+    const std::string_view v = engine;
+    if (v == "naive" || v == "synchronous") {
+      options.synchronous = true;
+    } else if (v != "threaded" && !v.empty()) {
+      throw std::invalid_argument("cotensor: COTENSOR_ENGINE='" + std::string(v) +
+                                  "' (expected 'threaded' or 'naive')");
+    }
+  }
+  if (const char* threads = std::getenv("COTENSOR_NUM_THREADS")) {
+    options.worker_threads = parse_number<unsigned>("COTENSOR_NUM_THREADS", threads);
+  }
+  if (const char* limit = std::getenv("COTENSOR_MAX_IN_FLIGHT")) {
+    options.max_in_flight = parse_number<std::size_t>("COTENSOR_MAX_IN_FLIGHT", limit);
+  }
+  return options;
+}
+
+runtime::runtime(runtime_options options)
+    : engine_(std::make_unique<detail::engine>(options)),
+      previous_(installed.exchange(this, std::memory_order_acq_rel)),
+      installed_(true) {}
+
+runtime::runtime(default_tag /*tag*/, runtime_options options)
+    : engine_(std::make_unique<detail::engine>(options)) {}
+
+runtime::~runtime() {
+  if (installed_) {
+    // Become the previous runtime's again only if nobody installed another on top of us.
+    runtime* self = this;
+    installed.compare_exchange_strong(self, previous_, std::memory_order_acq_rel);
+  }
+  engine_.reset();  // waits for every op issued on it
+}
+
+runtime& runtime::current() {
+  if (runtime* r = installed.load(std::memory_order_acquire)) {
+    return *r;
+  }
+  static runtime default_runtime(default_tag{}, runtime_options::from_environment());
+  return default_runtime;
+}
+
+const runtime_options& runtime::options() const noexcept { return engine_->options(); }
+runtime_stats runtime::stats() const noexcept { return engine_->stats(); }
+unsigned runtime::worker_threads() const noexcept { return engine_->worker_threads(); }
+
+void wait_all() {
+  detail::check_may_block("cotensor::wait_all");
+  detail::blocking_waiter w;
+  detail::current_engine().wait_all(w);
+  if (auto error = w.wait()) {
+    std::rethrow_exception(error);
+  }
+}
+
+}  // namespace cotensor

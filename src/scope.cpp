@@ -1,0 +1,25 @@
+#include "cotensor/scope.hpp"
+
+#include "engine/engine.hpp"
+#include "engine/tracker.hpp"
+
+namespace cotensor {
+
+scope::scope() : tracker_(std::make_shared<detail::tracker>(true)) {}
+
+scope::activation::activation(scope& s) noexcept : previous_(detail::current_scope()) {
+  detail::set_current_scope(s.tracker_.get());
+}
+
+scope::activation::~activation() { detail::set_current_scope(previous_); }
+
+void scope::wait() const {
+  detail::check_may_block("cotensor::scope::wait");
+  detail::blocking_waiter w;
+  tracker_->wait(w);
+  if (auto error = w.wait()) {
+    std::rethrow_exception(error);
+  }
+}
+
+}  // namespace cotensor
