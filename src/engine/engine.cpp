@@ -4,6 +4,8 @@
 #include "cotensor/tensor.hpp"
 #include "cpu/kernels.hpp"
 
+#include <oneapi/tbb/global_control.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <new>
@@ -41,6 +43,24 @@ inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
 #endif
+}
+
+// oneTBB keeps a slot for a joining caller thread and starts at most max_allowed_parallelism - 1
+// workers; our callers only enqueue, so raise the process-wide limit to workers + 1. With
+// several active global_control objects oneTBB applies the smallest, so a runtime that needs
+// more replaces the one in force; the limit never goes down while the process lives.
+void raise_parallelism(unsigned workers) {
+  static std::mutex mutex;
+  static std::unique_ptr<tbb::global_control> control;
+  static std::size_t value = 0;
+  std::lock_guard lock(mutex);
+  const std::size_t wanted = std::size_t{workers} + 1;
+  if (wanted > value) {
+    auto next = std::make_unique<tbb::global_control>(
+        tbb::global_control::max_allowed_parallelism, wanted);
+    control = std::move(next);
+    value = wanted;
+  }
 }
 
 unsigned default_workers(const runtime_options& options) {
@@ -105,13 +125,8 @@ void check_may_block(const char* what) {
 engine::engine(const runtime_options& options)
     : options_(options), workers_(default_workers(options)) {
   cpu::init_backend();
-  // oneTBB keeps a slot for a joining caller thread; our callers only enqueue, so give the
-  // arena all the workers and raise the process-wide limit by one (see DESIGN.md §3).
-  auto limit = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
-  if (limit < workers_ + 1) {
-    parallelism_.emplace(tbb::global_control::max_allowed_parallelism, workers_ + 1);
-  }
-  arena_.initialize(static_cast<int>(workers_), 0);
+  raise_parallelism(workers_);
+  arena_.initialize(static_cast<int>(workers_), 0);  // no slot kept for a joining caller
   observer_ = std::make_unique<backend_observer>(arena_, this);
 }
 

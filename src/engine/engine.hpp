@@ -10,7 +10,6 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/container/small_vector.hpp>
 
-#include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
 #include <oneapi/tbb/task_scheduler_observer.h>
 
@@ -22,7 +21,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <vector>
 
 namespace cotensor::detail {
@@ -115,7 +113,6 @@ class engine {
 
   runtime_options options_;
   unsigned workers_;
-  std::optional<tbb::global_control> parallelism_;
   tbb::task_arena arena_;
   std::unique_ptr<tbb::task_scheduler_observer> observer_;
   std::shared_ptr<tracker> tracker_ = std::make_shared<tracker>(false);

@@ -44,8 +44,9 @@ class async_waiter final : public waiter {
   }
 
  private:
-  using work_executor = typename asio::prefer_result<
-      executor_type, asio::execution::outstanding_work_t::tracked_t>::type;
+  // Type-erased on purpose: the type `asio::prefer` yields for a given executor can depend on
+  // which Asio headers a translation unit included, and this class must have one layout.
+  using work_executor = asio::any_io_executor;
 
   struct cancel_handler {
     explicit cancel_handler(async_waiter* w) noexcept : self(w) {}
@@ -68,7 +69,7 @@ class async_waiter final : public waiter {
 
   explicit async_waiter(Handler handler)
       : handler_(std::move(handler)),
-        work_(asio::prefer(asio::get_associated_executor(handler_, fallback_executor()),
+        work_(asio::prefer(work_executor(asio::get_associated_executor(handler_, fallback_executor())),
                            asio::execution::outstanding_work.tracked)) {}
 
   // Runs the handler with `error` on its executor; called once, by whoever claimed it.

@@ -1,0 +1,190 @@
+#include <cotensor/ops.hpp>
+
+#include <cotensor/cotensor.hpp>
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+using namespace cotensor;
+
+namespace {
+
+std::vector<float> values(const tensor& t) { return t.to_vector(); }
+
+// Checks that `f` throws std::invalid_argument and issues nothing.
+template <class F>
+void check_rejected(F f) {
+  const auto issued = runtime::current().stats().issued;
+  CHECK_THROWS_AS(f(), std::invalid_argument);
+  CHECK(runtime::current().stats().issued == issued);
+}
+
+}  // namespace
+
+TEST_SUITE("ops") {
+  TEST_CASE("factories fill their tensors" * doctest::timeout(10)) {
+    CHECK(values(zeros({2})) == std::vector<float>{0, 0});
+    CHECK(values(ones({2})) == std::vector<float>{1, 1});
+    CHECK(values(full({3}, -2.5F)) == std::vector<float>{-2.5F, -2.5F, -2.5F});
+    CHECK(values(from_vector({1, 2, 3}, {3})) == std::vector<float>{1, 2, 3});
+    CHECK(zeros({0, 3}).numel() == 0);
+    CHECK(values(zeros({0, 3})).empty());
+  }
+
+  TEST_CASE("from_vector rejects a size that does not fill the shape") {
+    CHECK_THROWS_WITH_AS(from_vector({1, 2, 3}, {2, 2}), doctest::Contains("do not fill"),
+                         std::invalid_argument);
+  }
+
+  TEST_CASE("elementwise arithmetic on tensors of equal shape" * doctest::timeout(10)) {
+    auto a = from_vector({1, 2, 3, 4}, {2, 2});
+    auto b = from_vector({4, 3, 2, 1}, {2, 2});
+    CHECK(values(a + b) == std::vector<float>{5, 5, 5, 5});
+    CHECK(values(a - b) == std::vector<float>{-3, -1, 1, 3});
+    CHECK(values(a * b) == std::vector<float>{4, 6, 6, 4});
+    CHECK(values(a / b) == std::vector<float>{0.25F, 2.0F / 3.0F, 1.5F, 4});
+    CHECK(values(-a) == std::vector<float>{-1, -2, -3, -4});
+  }
+
+  TEST_CASE("scalar operands work on either side, in the right order" * doctest::timeout(10)) {
+    auto x = from_vector({1, 2, 4}, {3});
+    CHECK(values(x + 1.0F) == std::vector<float>{2, 3, 5});
+    CHECK(values(1.0F + x) == std::vector<float>{2, 3, 5});
+    CHECK(values(x - 1.0F) == std::vector<float>{0, 1, 3});
+    CHECK(values(1.0F - x) == std::vector<float>{0, -1, -3});
+    CHECK(values(x * 2.0F) == std::vector<float>{2, 4, 8});
+    CHECK(values(2.0F * x) == std::vector<float>{2, 4, 8});
+    CHECK(values(x / 2.0F) == std::vector<float>{0.5F, 1, 2});
+    CHECK(values(2.0F / x) == std::vector<float>{2, 1, 0.5F});
+  }
+
+  TEST_CASE("a row vector broadcasts over the rows of a matrix" * doctest::timeout(10)) {
+    auto m = from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
+    auto row = from_vector({10, 20, 30}, {3});
+    CHECK(values(m + row) == std::vector<float>{11, 22, 33, 14, 25, 36});
+    CHECK(values(row - m) == std::vector<float>{9, 18, 27, 6, 15, 24});
+    auto col = from_vector({1, 2}, {2, 1});
+    CHECK(values(m * col) == std::vector<float>{1, 2, 3, 8, 10, 12});
+    auto outer = col + from_vector({0, 10, 20}, {1, 3});
+    CHECK(outer.shape() == shape{2, 3});
+    CHECK(values(outer) == std::vector<float>{1, 11, 21, 2, 12, 22});
+    CHECK(broadcast_shape({4, 1, 3}, {2, 1}) == shape{4, 2, 3});
+  }
+
+  TEST_CASE("shapes that cannot broadcast are rejected at the call, enqueuing nothing") {
+    auto a = ones({2, 3});
+    auto v2 = ones({2});
+    auto m32 = ones({3, 2});
+    auto m23 = ones({2, 3});
+    auto v3 = ones({3});
+    auto cube = ones({2, 2, 2});
+    auto empty = zeros({0});
+    check_rejected([&] { return a + v2; });
+    check_rejected([&] { return a * m32; });
+    check_rejected([&] { return a - m32; });
+    check_rejected([&] { return matmul(a, m23); });
+    check_rejected([&] { return matmul(v3, a); });
+    check_rejected([&] { return transpose(cube); });
+    check_rejected([&] { return reshape(a, {4}); });
+    check_rejected([&] { return sum(a, 2); });
+    check_rejected([&] { return mean(a, -3); });
+    check_rejected([&] { return mean(empty); });
+    CHECK_THROWS_WITH_AS(matmul(a, ones({2, 3})), doctest::Contains("inner dimensions"),
+                         std::invalid_argument);
+  }
+
+  TEST_CASE("matmul multiplies matrices" * doctest::timeout(20)) {
+    auto a = from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
+    auto b = from_vector({7, 8, 9, 10, 11, 12}, {3, 2});
+    CHECK(values(matmul(a, b)) == std::vector<float>{58, 64, 139, 154});
+    // Large enough to be split into tiles across workers: compare with a naive product.
+    const int m = 300;
+    const int k = 70;
+    const int n = 2500;
+    std::vector<float> av(m * k), bv(k * n);
+    for (int i = 0; i < m * k; ++i) {
+      av[i] = static_cast<float>((i * 7) % 13) - 6.0F;
+    }
+    for (int i = 0; i < k * n; ++i) {
+      bv[i] = static_cast<float>((i * 5) % 11) - 5.0F;
+    }
+    auto c = matmul(from_vector(av, {m, k}), from_vector(bv, {k, n})).to_vector();
+    for (int i = 0; i < m; i += 37) {
+      for (int j = 0; j < n; j += 101) {
+        float expected = 0;
+        for (int p = 0; p < k; ++p) {
+          expected += av[i * k + p] * bv[p * n + j];
+        }
+        CHECK(c[i * n + j] == expected);  // small integers: exact in float
+      }
+    }
+    CHECK(values(matmul(zeros({2, 0}), zeros({0, 3}))) == std::vector<float>(6, 0.0F));
+  }
+
+  TEST_CASE("transpose and reshape rearrange and view" * doctest::timeout(10)) {
+    auto a = from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
+    auto t = transpose(a);
+    CHECK(t.shape() == shape{3, 2});
+    CHECK(values(t) == std::vector<float>{1, 4, 2, 5, 3, 6});
+    auto r = reshape(a, {3, 2});
+    CHECK(r.shape() == shape{3, 2});
+    r += 1.0F;  // a view: the write is seen through `a`
+    CHECK(values(a) == std::vector<float>{2, 3, 4, 5, 6, 7});
+    CHECK(transpose(zeros({0, 4})).shape() == shape{4, 0});
+  }
+
+  TEST_CASE("unary functions apply elementwise" * doctest::timeout(10)) {
+    auto x = from_vector({-1, 0, 2}, {3});
+    CHECK(values(relu(x)) == std::vector<float>{0, 0, 2});
+    CHECK(values(exp(x)) == std::vector<float>{std::exp(-1.0F), 1.0F, std::exp(2.0F)});
+    CHECK(values(tanh(x)) == std::vector<float>{std::tanh(-1.0F), 0.0F, std::tanh(2.0F)});
+    CHECK(values(sigmoid(x))[1] == 0.5F);
+    auto y = from_vector({1, 4, 9}, {3});
+    CHECK(values(sqrt(y)) == std::vector<float>{1, 2, 3});
+    CHECK(values(log(exp(from_vector({0, 1}, {2}))))[0] == 0.0F);
+  }
+
+  TEST_CASE("map applies a user function on the backend" * doctest::timeout(10)) {
+    auto x = from_vector({1, 2, 3}, {3});
+    auto y = map(x, [](float v) { return v * v + 1.0F; });
+    CHECK(values(y) == std::vector<float>{2, 5, 10});
+    const float offset = 0.5F;
+    auto big = map(ones({100000}), [offset](float v) { return v + offset; });
+    CHECK(sum(big).item() == doctest::Approx(150000.0));
+  }
+
+  TEST_CASE("sum and mean reduce everything or one axis" * doctest::timeout(10)) {
+    auto a = from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
+    CHECK(sum(a).shape() == shape{});
+    CHECK(sum(a).item() == 21.0F);
+    CHECK(a.sum().item() == 21.0F);
+    CHECK(mean(a).item() == 3.5F);
+    CHECK(values(sum(a, 0)) == std::vector<float>{5, 7, 9});
+    CHECK(values(sum(a, 1)) == std::vector<float>{6, 15});
+    CHECK(values(sum(a, -1)) == std::vector<float>{6, 15});
+    CHECK(values(mean(a, 0)) == std::vector<float>{2.5F, 3.5F, 4.5F});
+    CHECK(sum(zeros({0})).item() == 0.0F);
+    auto cube = reshape(from_vector(std::vector<float>(24, 1.0F), {24}), {2, 3, 4});
+    CHECK(sum(cube, 1).shape() == shape{2, 4});
+    CHECK(values(sum(cube, 1)) == std::vector<float>(8, 3.0F));
+    CHECK(sum(ones({1000000})).item() == 1000000.0F);
+  }
+
+  TEST_CASE("an MLP forward pass and one SGD step compose the ops" * doctest::timeout(20)) {
+    // y = relu(x·W + b); loss = mean((y - t)^2); a gradient step on b by hand.
+    auto x = from_vector({1, 2, 3, 4}, {2, 2});
+    auto w = from_vector({1, 0, 0, 1}, {2, 2});
+    auto b = from_vector({0.5F, -10.0F}, {2});
+    auto y = relu(matmul(x, w) + b);
+    CHECK(values(y) == std::vector<float>{1.5F, 0, 3.5F, 0});
+    auto target = zeros({2, 2});
+    auto diff = y - target;
+    auto loss = mean(diff * diff);
+    CHECK(loss.item() == doctest::Approx((1.5 * 1.5 + 3.5 * 3.5) / 4));
+    auto grad_b = mean(diff, 0) * 2.0F;
+    b -= grad_b * 0.1F;
+    CHECK(values(b)[0] == doctest::Approx(0.5 - 0.1 * 2 * 2.5));
+  }
+}

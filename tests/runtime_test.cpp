@@ -1,0 +1,203 @@
+#include <cotensor/runtime.hpp>
+
+#include <cotensor/cotensor.hpp>
+#include <doctest/doctest.h>
+
+#include "support/run.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+using namespace cotensor;
+using cotensor::test::gated;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+
+namespace {
+
+// A field of /proc/self/status in KiB (VmRSS, VmHWM), or -1.
+long status_kib(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      return std::stol(line.substr(field.size() + 1));
+    }
+  }
+  return -1;
+}
+
+// Resets the peak RSS (VmHWM) to the current RSS; false where the kernel does not allow it.
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+struct env_var {
+  env_var(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  env_var(const env_var&) = delete;
+  env_var& operator=(const env_var&) = delete;
+  ~env_var() { ::unsetenv(name_); }
+  const char* name_;
+};
+
+}  // namespace
+
+TEST_SUITE("runtime") {
+  TEST_CASE("a full queue blocks the issuing thread until an op ends" * doctest::timeout(30)) {
+    runtime rt({.max_in_flight = 8});
+    std::promise<void> gate;
+    auto x = gated(ones({1}), gate.get_future().share());
+    std::atomic<int> issued{1};
+    std::thread frontend([&] {
+      for (int i = 0; i < 100; ++i) {
+        x += 1.0F;  // every op waits for the gated one
+        ++issued;
+      }
+    });
+    std::this_thread::sleep_for(50ms);
+    CHECK(issued.load() == 8);  // 8 in flight, the 9th blocked in its call
+    CHECK(rt.stats().in_flight == 8);
+    gate.set_value();
+    frontend.join();
+    CHECK(x.item() == 101.0F);
+    CHECK(rt.stats().peak_in_flight == 8);
+    CHECK(rt.stats().admission_waits >= 1);
+  }
+
+  TEST_CASE("a million small ops pushed without waiting stay within a bounded memory" *
+            doctest::timeout(120)) {
+    // Bound: max_in_flight ops of ~0.5 KiB each. Unbounded, the million queued ops behind the
+    // gate below would pin hundreds of MiB; with the default bound of 1024 they pin < 1 MiB,
+    // and we allow 48 MiB for allocator slack.
+    runtime rt{runtime_options{}};
+    REQUIRE(rt.options().max_in_flight == 1024);
+    std::promise<void> gate;
+    auto x = gated(zeros({4}), gate.get_future().share());
+    const bool can_reset = reset_peak_rss();
+    const long before = can_reset ? status_kib("VmRSS") : status_kib("VmHWM");
+    std::thread opener([&] {
+      std::this_thread::sleep_for(100ms);
+      gate.set_value();
+    });
+    for (int i = 0; i < 1'000'000; ++i) {
+      x += 1.0F;
+    }
+    wait_all();
+    opener.join();
+    const long peak = status_kib("VmHWM");
+    MESSAGE("peak RSS grew by " << (peak - before) << " KiB over 1e6 ops");
+    CHECK(peak - before < 48 * 1024);
+    CHECK(rt.stats().peak_in_flight <= 1024);
+    CHECK(x.to_vector() == std::vector<float>(4, 1'000'000.0F));
+  }
+
+  TEST_CASE("without a bound, a frontend that runs ahead queues everything" *
+            doctest::timeout(60)) {
+    runtime rt({.max_in_flight = 0});
+    std::promise<void> gate;
+    auto x = gated(zeros({1}), gate.get_future().share());
+    for (int i = 0; i < 20'000; ++i) {
+      x += 1.0F;
+    }
+    CHECK(rt.stats().in_flight == 20'001);
+    gate.set_value();
+    CHECK(x.item() == 20'000.0F);
+  }
+
+  TEST_CASE("a coroutine can await admission instead of blocking its thread" *
+            doctest::timeout(30)) {
+    runtime rt({.max_in_flight = 2});
+    std::promise<void> gate;
+    auto x = gated(ones({1}), gate.get_future().share());
+    x += 1.0F;  // two in flight: full
+    auto room = async_admit(asio::use_future);
+    CHECK(room.wait_for(30ms) == std::future_status::timeout);
+    gate.set_value();
+    CHECK(room.wait_for(10s) == std::future_status::ready);
+    room.get();
+    auto again = cotensor::test::run_to_completion([]() -> asio::awaitable<bool> {
+      co_await admission();
+      co_return true;
+    });
+    CHECK(again);
+    CHECK(x.item() == 2.0F);
+  }
+
+  TEST_CASE("synchronous mode runs each op at its call and throws at the offending line" *
+            doctest::timeout(20)) {
+    runtime rt({.synchronous = true});
+    auto y = ones({3}) + 1.0F;
+    CHECK(rt.stats().in_flight == 0);
+    CHECK(rt.stats().completed == 2);
+    CHECK_THROWS_WITH_AS(map(y, [](float) -> float { throw std::out_of_range("row 7"); }),
+                         "row 7", std::out_of_range);
+    CHECK(y.to_vector() == std::vector<float>{2, 2, 2});  // the runtime keeps working
+  }
+
+  TEST_CASE("the environment configures the default options" * doctest::timeout(10)) {
+    {
+      env_var engine("COTENSOR_ENGINE", "naive");
+      env_var threads("COTENSOR_NUM_THREADS", "3");
+      env_var limit("COTENSOR_MAX_IN_FLIGHT", "77");
+      auto options = runtime_options::from_environment();
+      CHECK(options.synchronous);
+      CHECK(options.worker_threads == 3);
+      CHECK(options.max_in_flight == 77);
+    }
+    {
+      env_var limit("COTENSOR_MAX_IN_FLIGHT", "lots");
+      CHECK_THROWS_AS(runtime_options::from_environment(), std::invalid_argument);
+    }
+    {
+      env_var engine("COTENSOR_ENGINE", "turbo");
+      CHECK_THROWS_AS(runtime_options::from_environment(), std::invalid_argument);
+    }
+    CHECK_FALSE(runtime_options::from_environment().synchronous);
+  }
+
+  TEST_CASE("a runtime is current while it lives and waits for its ops when destroyed" *
+            doctest::timeout(30)) {
+    runtime& before = runtime::current();
+    std::atomic<bool> ran{false};
+    std::promise<void> gate;
+    {
+      runtime rt({.worker_threads = 3});
+      CHECK(&runtime::current() == &rt);
+      CHECK(rt.worker_threads() == 3);
+      auto shared = gate.get_future().share();
+      (void)map(ones({1}), [&ran, shared](float v) {
+        shared.wait();
+        ran = true;
+        return v;
+      });
+      CHECK(rt.stats().issued == 2);
+      std::thread opener([&] {
+        std::this_thread::sleep_for(50ms);
+        gate.set_value();
+      });
+      opener.detach();
+    }
+    CHECK(ran);
+    CHECK(&runtime::current() == &before);
+  }
+
+  TEST_CASE("stats count issued and completed ops" * doctest::timeout(20)) {
+    runtime rt{runtime_options{}};
+    for (int i = 0; i < 10; ++i) {
+      (void)(ones({2}) + 1.0F);
+    }
+    wait_all();
+    auto s = rt.stats();
+    CHECK(s.issued == 20);
+    CHECK(s.completed == 20);
+    CHECK(s.in_flight == 0);
+  }
+}

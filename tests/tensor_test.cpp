@@ -1,0 +1,121 @@
+#include <cotensor/tensor.hpp>
+
+#include <cotensor/cotensor.hpp>
+#include <doctest/doctest.h>
+
+#include "support/run.hpp"
+
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+
+using namespace cotensor;
+
+TEST_SUITE("tensor") {
+  TEST_CASE("a tensor reports its shape, size, rank and device" * doctest::timeout(10)) {
+    auto t = zeros({2, 3});
+    CHECK(t.defined());
+    CHECK(t.shape() == shape{2, 3});
+    CHECK(t.numel() == 6);
+    CHECK(t.rank() == 2);
+    CHECK(t.device() == device::cpu());
+  }
+
+  TEST_CASE("an empty tensor is rejected by ops and waits with invalid_argument") {
+    tensor empty;
+    CHECK_FALSE(empty.defined());
+    CHECK_THROWS_AS(empty.wait(), std::invalid_argument);
+    CHECK_THROWS_AS(empty.item(), std::invalid_argument);
+    CHECK_THROWS_AS(empty + ones({1}), std::invalid_argument);
+    CHECK_THROWS_AS(empty.async_wait([](std::exception_ptr) {}), std::invalid_argument);
+    CHECK_THROWS_AS(empty += 1.0F, std::invalid_argument);
+    std::ostringstream os;
+    os << empty;
+    CHECK(os.str() == "tensor(undefined)");
+  }
+
+  TEST_CASE("item converts a one-element tensor and rejects any other size at the call" *
+            doctest::timeout(10)) {
+    CHECK(full({1, 1}, 2.5F).item() == 2.5F);
+    CHECK(ones({3}).sum().item() == 3.0F);
+    const auto issued = runtime::current().stats().issued;
+    auto v = ones({2});
+    CHECK_THROWS_WITH_AS(v.item(), doctest::Contains("one element"), std::invalid_argument);
+    CHECK(runtime::current().stats().issued == issued + 1);  // only `ones` was issued
+  }
+
+  TEST_CASE("to_vector copies the values to the host in row-major order" * doctest::timeout(10)) {
+    auto t = from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
+    CHECK(transpose(t).to_vector() == std::vector<float>{1, 4, 2, 5, 3, 6});
+  }
+
+  TEST_CASE("printing blocks for the value and shows nested rows" * doctest::timeout(10)) {
+    std::ostringstream os;
+    os << from_vector({1, 2, 3, 4}, {2, 2}) + 1.0F;
+    CHECK(os.str() == "tensor([[2, 3], [4, 5]], shape=[2, 2])");
+    std::ostringstream scalar;
+    scalar << ones({4}).sum();
+    CHECK(scalar.str() == "tensor(4, shape=[])");
+  }
+
+  TEST_CASE("printing a large tensor summarizes each dimension" * doctest::timeout(10)) {
+    std::ostringstream os;
+    os << zeros({2000});
+    CHECK(os.str() == "tensor([0, 0, 0, ..., 0, 0, 0], shape=[2000])");
+  }
+
+  TEST_CASE("copies of a handle share the buffer, so in-place ops are seen by all" *
+            doctest::timeout(10)) {
+    auto a = ones({3});
+    auto b = a;
+    b += 1.0F;
+    a *= 3.0F;
+    CHECK(a.to_vector() == std::vector<float>{6, 6, 6});
+    CHECK(b.to_vector() == std::vector<float>{6, 6, 6});
+  }
+
+  TEST_CASE("to(cpu) makes an independent copy, ordered after earlier writes" *
+            doctest::timeout(10)) {
+    auto a = ones({3});
+    a += 1.0F;
+    auto c = a.to(device::cpu());
+    a += 10.0F;
+    CHECK(c.to_vector() == std::vector<float>{2, 2, 2});
+    CHECK(a.to_vector() == std::vector<float>{12, 12, 12});
+  }
+
+  TEST_CASE("a device that this build cannot serve is refused at the call") {
+    const auto issued = runtime::current().stats().issued;
+    try {
+      (void)ones({2}).to(device::cuda(0));
+      FAIL("to(cuda) did not throw");
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::device_unavailable);
+      CHECK(std::string(e.what()).find("cuda:0") != std::string::npos);
+    }
+    CHECK_THROWS_AS(zeros({2}, device::cuda(1)), std::system_error);
+    CHECK_THROWS_AS(randn({2}, device::cuda(0)), std::system_error);
+    CHECK(runtime::current().stats().issued == issued + 1);  // just the `ones`
+  }
+
+  TEST_CASE("in-place ops with a tensor broadcast it over the updated shape only" *
+            doctest::timeout(10)) {
+    auto m = ones({2, 3});
+    m += from_vector({1, 2, 3}, {3});
+    CHECK(m.to_vector() == std::vector<float>{2, 3, 4, 2, 3, 4});
+    m -= ones({2, 1});
+    m *= full({2, 3}, 2.0F);
+    m /= from_vector({1, 2, 4}, {1, 3});
+    CHECK(m.to_vector() == std::vector<float>{2, 2, 1.5F, 2, 2, 1.5F});
+    CHECK_THROWS_AS(m += ones({3, 3}), std::invalid_argument);
+    auto row = ones({3});
+    CHECK_THROWS_AS(row += ones({2, 3}), std::invalid_argument);  // would change row's shape
+  }
+
+  TEST_CASE("a tensor updated with itself reads and writes one buffer" * doctest::timeout(10)) {
+    auto x = full({4}, 3.0F);
+    x += x;
+    x *= x;
+    CHECK(x.to_vector() == std::vector<float>{36, 36, 36, 36});
+  }
+}
