@@ -7,16 +7,16 @@ namespace cotensor {
 namespace {
 
 class category final : public std::error_category {
- public:
+public:
   const char* name() const noexcept override { return "cotensor"; }
   std::string message(int ev) const override {
     switch (static_cast<errc>(ev)) {
-      case errc::device_unavailable:
-        return "device unavailable in this build or on this machine";
-      case errc::wait_on_backend_thread:
-        return "blocking wait on a backend worker thread (it could deadlock)";
-      case errc::shutting_down:
-        return "the runtime is shutting down";
+    case errc::device_unavailable:
+      return "device unavailable in this build or on this machine";
+    case errc::wait_on_backend_thread:
+      return "blocking wait on a backend worker thread (it could deadlock)";
+    case errc::shutting_down:
+      return "the runtime is shutting down";
     }
     return "unknown cotensor error";
   }

@@ -5,6 +5,7 @@
 #include "cotensor/device.hpp"
 #include "cotensor/shape.hpp"
 #include "cotensor/tensor.hpp"
+
 #include "cpu/kernels.hpp"
 #include "engine/engine.hpp"
 

@@ -1,6 +1,7 @@
 #include "cotensor/ops.hpp"
 
 #include "cotensor/error.hpp"
+
 #include "frontend.hpp"
 
 #include <stdexcept>
@@ -16,8 +17,8 @@ void throw_invalid(const char* op, const std::string& message) {
 
 void require_device(const char* op, device d) {
   if (!d.is_cpu()) {
-    const std::string what = std::string("cotensor::") + op + ": device cuda:" +
-                             std::to_string(d.index) +
+    const std::string what = std::string("cotensor::") + op +
+                             ": device cuda:" + std::to_string(d.index) +
                              " is not available (this build has no CUDA backend)";
     throw std::system_error(make_error_code(errc::device_unavailable), what);
   }
@@ -86,9 +87,8 @@ using detail::cpu::unary_op;
 
 tensor filled(const char* op, shape s, float value, device d) {
   auto out = detail::allocate(op, s, d);
-  detail::issue(op, {}, {out}, [p = out->data(), n = s.numel(), value] {
-    detail::cpu::fill(p, n, value);
-  });
+  detail::issue(op, {}, {out},
+                [p = out->data(), n = s.numel(), value] { detail::cpu::fill(p, n, value); });
   return {std::move(out), std::move(s)};
 }
 
@@ -100,7 +100,8 @@ tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) 
   const auto& sb = b.storage();
   detail::issue(op, {sa, sb}, {out},
                 [kind, pa = sa->data(), pb = sb->data(), po = out->data(), as = a.shape(),
-                 bs = b.shape(), os = out_shape] { detail::cpu::binary(kind, pa, as, pb, bs, po, os); });
+                 bs = b.shape(),
+                 os = out_shape] { detail::cpu::binary(kind, pa, as, pb, bs, po, os); });
   return {std::move(out), std::move(out_shape)};
 }
 
@@ -169,10 +170,9 @@ tensor reduce_axis(const char* op, const tensor& x, int axis, bool mean) {
   auto out = detail::allocate(op, out_shape, x.device());
   const std::int64_t extent = extents[ax];
   const double scale = mean ? 1.0 / static_cast<double>(extent) : 1.0;
-  detail::issue(op, {in}, {out},
-                [pin = in->data(), po = out->data(), outer, extent, inner, scale] {
-                  detail::cpu::sum_axis(pin, outer, extent, inner, scale, po);
-                });
+  detail::issue(op, {in}, {out}, [pin = in->data(), po = out->data(), outer, extent, inner, scale] {
+    detail::cpu::sum_axis(pin, outer, extent, inner, scale, po);
+  });
   return {std::move(out), std::move(out_shape)};
 }
 
@@ -185,8 +185,8 @@ tensor full(shape s, float value, device d) { return filled("full", std::move(s)
 tensor from_vector(std::vector<float> values, shape s, device d) {
   if (static_cast<std::int64_t>(values.size()) != s.numel()) {
     detail::throw_invalid("from_vector", std::to_string(values.size()) +
-                                             " values do not fill shape " + s.to_string() +
-                                             " (" + std::to_string(s.numel()) + " elements)");
+                                             " values do not fill shape " + s.to_string() + " (" +
+                                             std::to_string(s.numel()) + " elements)");
   }
   auto out = detail::allocate("from_vector", s, d);
   detail::issue("from_vector", {}, {out}, [values = std::move(values), p = out->data()] {
@@ -210,18 +210,42 @@ shape broadcast_shape(const shape& a, const shape& b) {
   return shape{out};
 }
 
-tensor operator+(const tensor& a, const tensor& b) { return binary("operator+", binary_op::add, a, b); }
-tensor operator-(const tensor& a, const tensor& b) { return binary("operator-", binary_op::sub, a, b); }
-tensor operator*(const tensor& a, const tensor& b) { return binary("operator*", binary_op::mul, a, b); }
-tensor operator/(const tensor& a, const tensor& b) { return binary("operator/", binary_op::div, a, b); }
-tensor operator+(const tensor& a, float b) { return scalar("operator+", binary_op::add, a, b, false); }
-tensor operator-(const tensor& a, float b) { return scalar("operator-", binary_op::sub, a, b, false); }
-tensor operator*(const tensor& a, float b) { return scalar("operator*", binary_op::mul, a, b, false); }
-tensor operator/(const tensor& a, float b) { return scalar("operator/", binary_op::div, a, b, false); }
-tensor operator+(float a, const tensor& b) { return scalar("operator+", binary_op::add, b, a, true); }
-tensor operator-(float a, const tensor& b) { return scalar("operator-", binary_op::sub, b, a, true); }
-tensor operator*(float a, const tensor& b) { return scalar("operator*", binary_op::mul, b, a, true); }
-tensor operator/(float a, const tensor& b) { return scalar("operator/", binary_op::div, b, a, true); }
+tensor operator+(const tensor& a, const tensor& b) {
+  return binary("operator+", binary_op::add, a, b);
+}
+tensor operator-(const tensor& a, const tensor& b) {
+  return binary("operator-", binary_op::sub, a, b);
+}
+tensor operator*(const tensor& a, const tensor& b) {
+  return binary("operator*", binary_op::mul, a, b);
+}
+tensor operator/(const tensor& a, const tensor& b) {
+  return binary("operator/", binary_op::div, a, b);
+}
+tensor operator+(const tensor& a, float b) {
+  return scalar("operator+", binary_op::add, a, b, false);
+}
+tensor operator-(const tensor& a, float b) {
+  return scalar("operator-", binary_op::sub, a, b, false);
+}
+tensor operator*(const tensor& a, float b) {
+  return scalar("operator*", binary_op::mul, a, b, false);
+}
+tensor operator/(const tensor& a, float b) {
+  return scalar("operator/", binary_op::div, a, b, false);
+}
+tensor operator+(float a, const tensor& b) {
+  return scalar("operator+", binary_op::add, b, a, true);
+}
+tensor operator-(float a, const tensor& b) {
+  return scalar("operator-", binary_op::sub, b, a, true);
+}
+tensor operator*(float a, const tensor& b) {
+  return scalar("operator*", binary_op::mul, b, a, true);
+}
+tensor operator/(float a, const tensor& b) {
+  return scalar("operator/", binary_op::div, b, a, true);
+}
 tensor operator-(const tensor& a) { return unary("operator-", unary_op::neg, a); }
 
 tensor matmul(const tensor& a, const tensor& b) {

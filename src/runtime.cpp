@@ -1,6 +1,7 @@
 #include "cotensor/runtime.hpp"
 
 #include "cotensor/wait.hpp"
+
 #include "engine/engine.hpp"
 
 #include <atomic>
@@ -50,8 +51,7 @@ runtime_options runtime_options::from_environment() {
 
 runtime::runtime(runtime_options options)
     : engine_(std::make_unique<detail::engine>(options)),
-      previous_(installed.exchange(this, std::memory_order_acq_rel)),
-      installed_(true) {}
+      previous_(installed.exchange(this, std::memory_order_acq_rel)), installed_(true) {}
 
 runtime::runtime(default_tag /*tag*/, runtime_options options)
     : engine_(std::make_unique<detail::engine>(options)) {}

@@ -1,6 +1,7 @@
 #include "cotensor/tensor.hpp"
 
 #include "cotensor/ops.hpp"
+
 #include "frontend.hpp"
 
 #include <algorithm>
@@ -49,8 +50,9 @@ tensor tensor::to(cotensor::device d) const {
   const auto& src = detail::checked(*this, "to");
   detail::require_device("to", d);
   auto dst = detail::allocate("to", shape_, d);
-  detail::issue("to", {src}, {dst},
-                [in = src->data(), out = dst->data(), n = numel()] { detail::cpu::copy(in, out, n); });
+  detail::issue("to", {src}, {dst}, [in = src->data(), out = dst->data(), n = numel()] {
+    detail::cpu::copy(in, out, n);
+  });
   return {std::move(dst), shape_};
 }
 
@@ -93,8 +95,12 @@ namespace {
 
 // Prints dimension `dim` of the block starting at `offset`, NumPy style: a tensor of more than
 // 1000 elements shows the first and last three entries of each dimension.
-void print_block(std::ostream& os, const float* data, const shape& s, std::size_t dim,
-                 std::int64_t offset, bool summarize) {
+void print_block(std::ostream& os,
+                 const float* data,
+                 const shape& s,
+                 std::size_t dim,
+                 std::int64_t offset,
+                 bool summarize) {
   if (dim == s.rank()) {
     os << data[offset];
     return;

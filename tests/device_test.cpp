@@ -1,7 +1,6 @@
-#include <cotensor/device.hpp>
-
 #include <doctest/doctest.h>
 
+#include <cotensor/device.hpp>
 #include <sstream>
 
 using cotensor::device;

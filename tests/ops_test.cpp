@@ -1,9 +1,8 @@
-#include <cotensor/ops.hpp>
-
-#include <cotensor/cotensor.hpp>
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cotensor/cotensor.hpp>
+#include <cotensor/ops.hpp>
 #include <stdexcept>
 #include <vector>
 

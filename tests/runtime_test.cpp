@@ -1,11 +1,10 @@
-#include <cotensor/runtime.hpp>
-
-#include <cotensor/cotensor.hpp>
-#include <doctest/doctest.h>
-
 #include "support/run.hpp"
 
+#include <doctest/doctest.h>
+
 #include <atomic>
+#include <cotensor/cotensor.hpp>
+#include <cotensor/runtime.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <future>
@@ -62,6 +61,11 @@ TEST_SUITE("runtime") {
         ++issued;
       }
     });
+    // Wait (without a time bound that could flake) for the frontend to fill the queue, then
+    // give it time to run past the bound if it could.
+    while (issued.load() < 8) {
+      std::this_thread::sleep_for(1ms);
+    }
     std::this_thread::sleep_for(50ms);
     CHECK(issued.load() == 8);  // 8 in flight, the 9th blocked in its call
     CHECK(rt.stats().in_flight == 8);
@@ -137,8 +141,8 @@ TEST_SUITE("runtime") {
     auto y = ones({3}) + 1.0F;
     CHECK(rt.stats().in_flight == 0);
     CHECK(rt.stats().completed == 2);
-    CHECK_THROWS_WITH_AS(map(y, [](float) -> float { throw std::out_of_range("row 7"); }),
-                         "row 7", std::out_of_range);
+    CHECK_THROWS_WITH_AS(map(y, [](float) -> float { throw std::out_of_range("row 7"); }), "row 7",
+                         std::out_of_range);
     CHECK(y.to_vector() == std::vector<float>{2, 2, 2});  // the runtime keeps working
   }
 

@@ -1,14 +1,12 @@
-#include <cotensor/scope.hpp>
-
-#include <cotensor/cotensor.hpp>
-#include <doctest/doctest.h>
-
 #include "support/run.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <doctest/doctest.h>
 
+#include <cotensor/cotensor.hpp>
+#include <cotensor/scope.hpp>
 #include <future>
 #include <stdexcept>
 

@@ -1,7 +1,6 @@
-#include <cotensor/shape.hpp>
-
 #include <doctest/doctest.h>
 
+#include <cotensor/shape.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <vector>

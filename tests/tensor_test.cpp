@@ -1,10 +1,9 @@
-#include <cotensor/tensor.hpp>
-
-#include <cotensor/cotensor.hpp>
-#include <doctest/doctest.h>
-
 #include "support/run.hpp"
 
+#include <doctest/doctest.h>
+
+#include <cotensor/cotensor.hpp>
+#include <cotensor/tensor.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>

@@ -1,8 +1,3 @@
-#include <cotensor/wait.hpp>
-
-#include <cotensor/cotensor.hpp>
-#include <doctest/doctest.h>
-
 #include "support/run.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -12,9 +7,12 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <doctest/doctest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cotensor/cotensor.hpp>
+#include <cotensor/wait.hpp>
 #include <future>
 #include <stdexcept>
 #include <thread>
@@ -84,7 +82,7 @@ TEST_SUITE("wait") {
       const bool same = std::this_thread::get_id() == io_thread;
       co_await when_all();
       co_await when_all(x, x + 1.0F);
-      co_return same && std::this_thread::get_id() == io_thread;
+      co_return same&& std::this_thread::get_id() == io_thread;
     });
     CHECK(result);
   }
@@ -140,8 +138,8 @@ TEST_SUITE("wait") {
     auto slow = gated(full({3}, 5.0F), shared_gate) + 1.0F;
     auto index = run_to_completion([slow]() -> asio::awaitable<std::size_t> {
       asio::steady_timer timer(co_await asio::this_coro::executor, 20ms);
-      auto winner = co_await (slow.async_wait(asio::use_awaitable) ||
-                              timer.async_wait(asio::use_awaitable));
+      auto winner =
+          co_await (slow.async_wait(asio::use_awaitable) || timer.async_wait(asio::use_awaitable));
       co_return winner.index();
     });
     CHECK(index == 1);  // the timer won; the wait was abandoned
@@ -193,11 +191,11 @@ TEST_SUITE("wait") {
     asio::cancellation_signal signal;
     int calls = 0;
     auto x = ones({1});
-    x.async_wait(asio::bind_cancellation_slot(
-        signal.slot(), asio::bind_executor(io, [&](std::exception_ptr e) {
-          CHECK_FALSE(e);
-          ++calls;
-        })));
+    x.async_wait(asio::bind_cancellation_slot(signal.slot(),
+                                              asio::bind_executor(io, [&](std::exception_ptr e) {
+                                                CHECK_FALSE(e);
+                                                ++calls;
+                                              })));
     io.run();
     signal.emit(asio::cancellation_type::terminal);
     io.restart();

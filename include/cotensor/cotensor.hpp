@@ -3,6 +3,7 @@
 // cotensor: asynchronous tensors on a dependency engine, awaitable from Asio coroutines.
 
 #include "cotensor/config.hpp"
+
 #include "cotensor/asio.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/error.hpp"

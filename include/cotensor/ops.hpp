@@ -84,8 +84,7 @@ tensor mean(const tensor& x, int axis);
 /// so it must be callable as const and thread-safe. It must not wait on tensors. If `f` throws,
 /// the result holds that exception: waiting on it, or on anything computed from it, rethrows it.
 template <class F>
-  requires std::is_invocable_r_v<float, const F&, float>
-tensor map(const tensor& x, F f) {
+requires std::is_invocable_r_v<float, const F&, float> tensor map(const tensor& x, F f) {
   return detail::map_op(x, [f = std::move(f)](const float* in, float* out, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) {
       out[i] = static_cast<float>(f(in[i]));

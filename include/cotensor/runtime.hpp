@@ -34,9 +34,9 @@ struct runtime_options {
 
 /// What a runtime has done so far.
 struct runtime_stats {
-  std::uint64_t issued = 0;      ///< ops issued
-  std::uint64_t completed = 0;   ///< ops ended (run, failed or skipped)
-  std::size_t in_flight = 0;     ///< issued and not yet ended
+  std::uint64_t issued = 0;     ///< ops issued
+  std::uint64_t completed = 0;  ///< ops ended (run, failed or skipped)
+  std::size_t in_flight = 0;    ///< issued and not yet ended
   std::size_t peak_in_flight = 0;
   std::uint64_t admission_waits = 0;  ///< times an issuing thread found the queue full
 };
@@ -51,7 +51,7 @@ struct runtime_stats {
 /// Destruction waits for every op issued on it to end. Thread safety: construct and destroy
 /// runtimes while no other thread issues ops; everything else may be called from any thread.
 class runtime {
- public:
+public:
   explicit runtime(runtime_options options = runtime_options::from_environment());
   runtime(const runtime&) = delete;
   runtime& operator=(const runtime&) = delete;
@@ -68,7 +68,7 @@ class runtime {
   // For cotensor's own implementation.
   detail::engine& engine() noexcept { return *engine_; }
 
- private:
+private:
   struct default_tag {};
   runtime(default_tag, runtime_options options);
 

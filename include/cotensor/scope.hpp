@@ -23,7 +23,7 @@ namespace cotensor {
 /// Destroying a scope does not cancel or wait for its ops.
 /// Thread safety: `run` may be called from several threads; waits from any thread.
 class scope {
- public:
+public:
   scope();
 
   /// Calls `f()` with this scope current on the calling thread, so that every op `f` issues
@@ -54,15 +54,15 @@ class scope {
   /// first exception one of them raised. Never call it on an Asio event-loop thread.
   void wait() const;
 
- private:
+private:
   class activation {
-   public:
+  public:
     explicit activation(scope& s) noexcept;
     activation(const activation&) = delete;
     activation& operator=(const activation&) = delete;
     ~activation();
 
-   private:
+  private:
     detail::tracker* previous_;
   };
 

@@ -16,7 +16,7 @@ namespace cotensor {
 /// rank-0 shape (`shape{}`) has one element, like a scalar. Extents must be non-negative; a
 /// negative extent throws `std::invalid_argument`.
 class shape {
- public:
+public:
   static constexpr std::size_t inline_rank = 6;
 
   shape() noexcept = default;
@@ -44,7 +44,7 @@ class shape {
     return std::ranges::equal(a.extents(), b.extents());
   }
 
- private:
+private:
   const std::int64_t* data() const noexcept {
     return rank_ <= inline_rank ? small_ : large_.data();
   }

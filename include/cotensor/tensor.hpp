@@ -34,7 +34,7 @@ namespace cotensor {
 /// to while another thread uses it (as with `std::shared_ptr`). Ops issued from several threads
 /// on the same buffer are ordered in the order the engine receives them.
 class tensor {
- public:
+public:
   /// An empty handle with no buffer; ops and waits on it throw `std::invalid_argument`.
   tensor() noexcept = default;
 
@@ -73,8 +73,9 @@ class tensor {
   template <class Token>
   auto async_wait(Token&& token) const {
     require_defined("async_wait");
-    return detail::async_wait_with(std::forward<Token>(token),
-                                   [self = *this](detail::waiter& w) { detail::start_wait(self, w); });
+    return detail::async_wait_with(std::forward<Token>(token), [self = *this](detail::waiter& w) {
+      detail::start_wait(self, w);
+    });
   }
 
   /// `co_await t.ready()` inside an `asio::awaitable`: suspends until this value is computed
@@ -119,7 +120,7 @@ class tensor {
   tensor(std::shared_ptr<detail::storage> storage, cotensor::shape s) noexcept;
   const std::shared_ptr<detail::storage>& storage() const noexcept { return storage_; }
 
- private:
+private:
   void require_defined(const char* what) const;
 
   std::shared_ptr<detail::storage> storage_;

@@ -44,16 +44,15 @@ inline auto when_all() { return async_wait_all(asio::deferred); }
 /// any completion token (`when_all(a, b)(asio::use_future)`). Cancellation: every type, as
 /// `tensor::async_wait`. Errors: `std::invalid_argument` at the call for an empty tensor.
 template <std::same_as<tensor>... Tensors>
-  requires(sizeof...(Tensors) > 0)
-auto when_all(const Tensors&... ts) {
-  return detail::async_wait_with(asio::deferred, [held = std::array<tensor, sizeof...(ts)>{ts...}](
-                                                     detail::waiter& w) {
-    std::array<const tensor*, sizeof...(Tensors)> ptrs;
-    for (std::size_t i = 0; i < ptrs.size(); ++i) {
-      ptrs[i] = &held[i];
-    }
-    detail::start_wait(ptrs, w);
-  });
+requires(sizeof...(Tensors) > 0) auto when_all(const Tensors&... ts) {
+  return detail::async_wait_with(
+      asio::deferred, [held = std::array<tensor, sizeof...(ts)>{ts...}](detail::waiter& w) {
+        std::array<const tensor*, sizeof...(Tensors)> ptrs;
+        for (std::size_t i = 0; i < ptrs.size(); ++i) {
+          ptrs[i] = &held[i];
+        }
+        detail::start_wait(ptrs, w);
+      });
 }
 
 }  // namespace cotensor

@@ -41,14 +41,14 @@ void binary_flat(const float* a, const float* b, float* out, std::int64_t n, Op 
 template <class F>
 decltype(auto) with_binary(binary_op op, F&& f) {
   switch (op) {
-    case binary_op::add:
-      return f([](float x, float y) { return x + y; });
-    case binary_op::sub:
-      return f([](float x, float y) { return x - y; });
-    case binary_op::mul:
-      return f([](float x, float y) { return x * y; });
-    case binary_op::div:
-      break;
+  case binary_op::add:
+    return f([](float x, float y) { return x + y; });
+  case binary_op::sub:
+    return f([](float x, float y) { return x - y; });
+  case binary_op::mul:
+    return f([](float x, float y) { return x * y; });
+  case binary_op::div:
+    break;
   }
   return f([](float x, float y) { return x / y; });
 }
@@ -56,20 +56,20 @@ decltype(auto) with_binary(binary_op op, F&& f) {
 template <class F>
 decltype(auto) with_unary(unary_op op, F&& f) {
   switch (op) {
-    case unary_op::neg:
-      return f([](float x) { return -x; });
-    case unary_op::relu:
-      return f([](float x) { return x > 0.0F ? x : 0.0F; });
-    case unary_op::exp:
-      return f([](float x) { return std::exp(x); });
-    case unary_op::log:
-      return f([](float x) { return std::log(x); });
-    case unary_op::sqrt:
-      return f([](float x) { return std::sqrt(x); });
-    case unary_op::tanh:
-      return f([](float x) { return std::tanh(x); });
-    case unary_op::sigmoid:
-      break;
+  case unary_op::neg:
+    return f([](float x) { return -x; });
+  case unary_op::relu:
+    return f([](float x) { return x > 0.0F ? x : 0.0F; });
+  case unary_op::exp:
+    return f([](float x) { return std::exp(x); });
+  case unary_op::log:
+    return f([](float x) { return std::log(x); });
+  case unary_op::sqrt:
+    return f([](float x) { return std::sqrt(x); });
+  case unary_op::tanh:
+    return f([](float x) { return std::tanh(x); });
+  case unary_op::sigmoid:
+    break;
   }
   return f([](float x) { return 1.0F / (1.0F + std::exp(-x)); });
 }
@@ -93,9 +93,8 @@ float apply(unary_op op, float x) noexcept {
 }
 
 void fill(float* out, std::int64_t n, float value) {
-  for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
-    std::fill(out + lo, out + hi, value);
-  });
+  for_chunks(n, elementwise_grain,
+             [&](std::int64_t lo, std::int64_t hi) { std::fill(out + lo, out + hi, value); });
 }
 
 void copy(const float* in, float* out, std::int64_t n) {
@@ -142,7 +141,8 @@ void binary(binary_op op,
   const std::int64_t rows = inner == 0 ? 0 : n / inner;
   const std::int64_t as = a_stride[rank - 1];
   const std::int64_t bs = b_stride[rank - 1];
-  const std::int64_t grain = std::max<std::int64_t>(1, elementwise_grain / std::max<std::int64_t>(inner, 1));
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, elementwise_grain / std::max<std::int64_t>(inner, 1));
   with_binary(op, [&](auto f) {
     for_chunks(rows, grain, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t row = lo; row < hi; ++row) {
@@ -164,8 +164,8 @@ void binary(binary_op op,
   });
 }
 
-void binary_scalar(binary_op op, const float* a, float s, bool scalar_left, float* out,
-                   std::int64_t n) {
+void binary_scalar(
+    binary_op op, const float* a, float s, bool scalar_left, float* out, std::int64_t n) {
   with_binary(op, [&](auto f) {
     for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
       if (scalar_left) {
@@ -191,8 +191,8 @@ void unary(unary_op op, const float* in, float* out, std::int64_t n) {
   });
 }
 
-void matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
-            std::int64_t n) {
+void matmul(
+    const float* a, const float* b, float* c, std::int64_t m, std::int64_t k, std::int64_t n) {
   if (m == 0 || n == 0) {
     return;
   }
@@ -206,7 +206,8 @@ void matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64
   const bool small = m * n * k <= 64 * 64 * 64;
   const std::int64_t col_tile = small || n <= 2048 ? n : 1024;
   const std::int64_t col_tiles = (n + col_tile - 1) / col_tile;
-  std::int64_t row_tile = small ? m : std::max<std::int64_t>(8, (m + 4 * workers - 1) / (4 * workers));
+  std::int64_t row_tile =
+      small ? m : std::max<std::int64_t>(8, (m + 4 * workers - 1) / (4 * workers));
   row_tile = (row_tile + 7) / 8 * 8;
   const std::int64_t row_tiles = (m + row_tile - 1) / row_tile;
   auto tile = [&](std::int64_t t) {
@@ -266,24 +267,30 @@ double sum(const float* in, std::int64_t n) {
   return total;
 }
 
-void sum_axis(const float* in, std::int64_t outer, std::int64_t extent, std::int64_t inner,
-              double scale, float* out) {
-  for_chunks(outer, std::max<std::int64_t>(1, elementwise_grain / std::max<std::int64_t>(extent * inner, 1)),
-             [&](std::int64_t lo, std::int64_t hi) {
-               std::vector<double> acc(static_cast<std::size_t>(inner));
-               for (std::int64_t o = lo; o < hi; ++o) {
-                 std::fill(acc.begin(), acc.end(), 0.0);
-                 const float* base = in + o * extent * inner;
-                 for (std::int64_t a = 0; a < extent; ++a) {
-                   for (std::int64_t i = 0; i < inner; ++i) {
-                     acc[static_cast<std::size_t>(i)] += base[a * inner + i];
-                   }
-                 }
-                 for (std::int64_t i = 0; i < inner; ++i) {
-                   out[o * inner + i] = static_cast<float>(acc[static_cast<std::size_t>(i)] * scale);
-                 }
-               }
-             });
+void sum_axis(const float* in,
+              std::int64_t outer,
+              std::int64_t extent,
+              std::int64_t inner,
+              double scale,
+              float* out) {
+  for_chunks(
+      outer,
+      std::max<std::int64_t>(1, elementwise_grain / std::max<std::int64_t>(extent * inner, 1)),
+      [&](std::int64_t lo, std::int64_t hi) {
+        std::vector<double> acc(static_cast<std::size_t>(inner));
+        for (std::int64_t o = lo; o < hi; ++o) {
+          std::fill(acc.begin(), acc.end(), 0.0);
+          const float* base = in + o * extent * inner;
+          for (std::int64_t a = 0; a < extent; ++a) {
+            for (std::int64_t i = 0; i < inner; ++i) {
+              acc[static_cast<std::size_t>(i)] += base[a * inner + i];
+            }
+          }
+          for (std::int64_t i = 0; i < inner; ++i) {
+            out[o * inner + i] = static_cast<float>(acc[static_cast<std::size_t>(i)] * scale);
+          }
+        }
+      });
 }
 
 void randn(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream) {

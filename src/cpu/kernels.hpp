@@ -33,22 +33,26 @@ void binary(binary_op op,
             float* out,
             const shape& out_shape);
 /// out = a ⊗ s (or s ⊗ a when `scalar_left`), elementwise; `out` may alias `a`.
-void binary_scalar(binary_op op, const float* a, float s, bool scalar_left, float* out,
-                   std::int64_t n);
+void binary_scalar(
+    binary_op op, const float* a, float s, bool scalar_left, float* out, std::int64_t n);
 void unary(unary_op op, const float* in, float* out, std::int64_t n);
 float apply(binary_op op, float a, float b) noexcept;
 float apply(unary_op op, float x) noexcept;
 
 /// c[m, n] = a[m, k] · b[k, n], row-major.
-void matmul(const float* a, const float* b, float* c, std::int64_t m, std::int64_t k,
-            std::int64_t n);
+void matmul(
+    const float* a, const float* b, float* c, std::int64_t m, std::int64_t k, std::int64_t n);
 /// out[cols, rows] = in[rows, cols]ᵀ.
 void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols);
 /// The sum of `n` floats, accumulated in double in fixed chunks: deterministic.
 double sum(const float* in, std::int64_t n);
 /// out[o, i] = scale · Σ_a in[o, a, i] for a tensor viewed as [outer, extent, inner].
-void sum_axis(const float* in, std::int64_t outer, std::int64_t extent, std::int64_t inner,
-              double scale, float* out);
+void sum_axis(const float* in,
+              std::int64_t outer,
+              std::int64_t extent,
+              std::int64_t inner,
+              double scale,
+              float* out);
 /// Standard normal samples: element i from Philox-4x32-10 block i/4 of stream `stream` under
 /// key `seed`, through Box-Muller.
 void randn(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream);

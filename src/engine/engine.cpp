@@ -2,6 +2,7 @@
 
 #include "cotensor/error.hpp"
 #include "cotensor/tensor.hpp"
+
 #include "cpu/kernels.hpp"
 
 #include <oneapi/tbb/global_control.h>
@@ -24,7 +25,7 @@ namespace {
 thread_local const engine* current_backend = nullptr;
 
 class backend_observer final : public tbb::task_scheduler_observer {
- public:
+public:
   backend_observer(tbb::task_arena& arena, const engine* owner)
       : tbb::task_scheduler_observer(arena), owner_(owner) {
     observe(true);
@@ -33,7 +34,7 @@ class backend_observer final : public tbb::task_scheduler_observer {
   void on_scheduler_entry(bool /*is_worker*/) override { current_backend = owner_; }
   void on_scheduler_exit(bool /*is_worker*/) override { current_backend = nullptr; }
 
- private:
+private:
   const engine* owner_;
 };
 
@@ -56,8 +57,8 @@ void raise_parallelism(unsigned workers) {
   std::lock_guard lock(mutex);
   const std::size_t wanted = std::size_t{workers} + 1;
   if (wanted > value) {
-    auto next = std::make_unique<tbb::global_control>(
-        tbb::global_control::max_allowed_parallelism, wanted);
+    auto next =
+        std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, wanted);
     control = std::move(next);
     value = wanted;
   }
@@ -353,13 +354,13 @@ namespace {
 // Joins several waits into one: completes `target` when all have, with the first error in
 // argument order.
 class join_waiter {
- public:
+public:
   join_waiter(std::size_t n, waiter& target) : errors_(n), target_(target) {}
 
   waiter& part(std::size_t i) { return parts_.emplace_back(this, i); }
   void arm(std::size_t n) { remaining_.store(static_cast<std::int64_t>(n)); }
 
- private:
+private:
   struct part_waiter final : waiter {
     part_waiter(join_waiter* j, std::size_t i) : join(j), index(i) {}
     void complete(std::exception_ptr error) noexcept override {
@@ -401,9 +402,7 @@ const std::shared_ptr<storage>& checked_storage(const tensor& t, const char* wha
 
 }  // namespace
 
-void start_wait(const tensor& t, waiter& w) {
-  checked_storage(t, "wait").get()->var.wait_read(w);
-}
+void start_wait(const tensor& t, waiter& w) { checked_storage(t, "wait").get()->var.wait_read(w); }
 
 void start_wait(std::span<const tensor* const> ts, waiter& w) {
   for (const tensor* t : ts) {

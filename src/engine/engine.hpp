@@ -4,12 +4,12 @@
 #include "cotensor/detail/engine_fwd.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/runtime.hpp"
+
 #include "engine/tracker.hpp"
 #include "engine/var.hpp"
 
 #include <boost/asio/thread_pool.hpp>
 #include <boost/container/small_vector.hpp>
-
 #include <oneapi/tbb/task_arena.h>
 #include <oneapi/tbb/task_scheduler_observer.h>
 
@@ -29,7 +29,7 @@ class engine;
 
 /// A tensor's buffer: 64-byte aligned floats plus the read/write queue that orders access.
 class storage {
- public:
+public:
   storage(std::int64_t numel, cotensor::device d);
   storage(const storage&) = delete;
   storage& operator=(const storage&) = delete;
@@ -41,7 +41,7 @@ class storage {
 
   detail::var var;
 
- private:
+private:
   float* data_;
   std::int64_t numel_;
   cotensor::device device_;
@@ -64,10 +64,10 @@ struct op_node {
   engine* owner = nullptr;
   // Accesses not yet granted, plus one held by `push` until every access is requested.
   std::atomic<std::int32_t> unmet{0};
-  std::uint64_t generation = 0;       // in the runtime's tracker
-  std::shared_ptr<tracker> scope;     // null when issued outside a scope
+  std::uint64_t generation = 0;    // in the runtime's tracker
+  std::shared_ptr<tracker> scope;  // null when issued outside a scope
   std::uint64_t scope_generation = 0;
-  waiter* on_done = nullptr;          // synchronous mode: completed with the op's own error
+  waiter* on_done = nullptr;  // synchronous mode: completed with the op's own error
 
   /// One access granted (or `push` done asking); the last one dispatches the op.
   void dependency_met();
@@ -75,7 +75,7 @@ struct op_node {
 
 /// The dependency engine and the CPU backend of one runtime.
 class engine {
- public:
+public:
   explicit engine(const runtime_options& options);
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -100,7 +100,7 @@ class engine {
     arena_.execute(std::forward<F>(f));
   }
 
- private:
+private:
   friend struct op_node;
   void dispatch(op_node* op);
   // Runs the kernel (or skips it after an input's error), then retires the op.
@@ -149,12 +149,12 @@ void issue(const char* name,
 
 /// A thread blocked until the engine completes it; spins briefly before sleeping.
 class blocking_waiter final : public waiter {
- public:
+public:
   void complete(std::exception_ptr error) noexcept override;
   /// Blocks until `complete`, then returns its error.
   std::exception_ptr wait();
 
- private:
+private:
   std::mutex mutex_;
   std::condition_variable cv_;
   std::exception_ptr error_;

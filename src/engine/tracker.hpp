@@ -17,7 +17,7 @@ class waiter;
 /// Ops join the open generation. A wait closes it (when it has ops) and completes once every
 /// generation up to it has no op left, so later ops never delay it.
 class tracker : public std::enable_shared_from_this<tracker> {
- public:
+public:
   explicit tracker(bool keeps_errors) : keeps_errors_(keeps_errors) {}
 
   /// A new op joins; returns its generation, to pass to `leave`.
@@ -30,10 +30,10 @@ class tracker : public std::enable_shared_from_this<tracker> {
   /// The number of ops that entered and have not left.
   std::uint64_t pending() const;
 
- private:
+private:
   mutable std::mutex mutex_;
-  std::uint64_t base_ = 0;              // oldest generation with ops left (or the open one)
-  std::uint64_t open_ = 0;              // generation new ops join
+  std::uint64_t base_ = 0;               // oldest generation with ops left (or the open one)
+  std::uint64_t open_ = 0;               // generation new ops join
   std::deque<std::uint64_t> counts_{0};  // counts_[g - base_]: ops of generation g left
   std::vector<std::pair<std::uint64_t, waiter*>> waiters_;  // completes when base_ > first
   std::exception_ptr first_error_;

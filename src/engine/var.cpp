@@ -1,6 +1,7 @@
 #include "engine/var.hpp"
 
 #include "cotensor/detail/engine_fwd.hpp"
+
 #include "engine/engine.hpp"
 
 #include <boost/container/small_vector.hpp>

@@ -17,7 +17,7 @@ struct op_node;
 /// with a write. A wait (`wait_read`) is a read that ends the moment it starts: it captures the
 /// buffer's error and completes its waiter.
 class var {
- public:
+public:
   /// Asks for a read by `op`; calls `op->dependency_met()` when it may start (maybe at once).
   void read(op_node* op);
   /// Asks for a write by `op`; calls `op->dependency_met()` when it may start (maybe at once).
@@ -33,7 +33,7 @@ class var {
   /// holding the write, read only by ops holding a read (or under the lock, by waits).
   std::exception_ptr error;
 
- private:
+private:
   struct pending {
     op_node* op;  // null for a wait
     waiter* w;

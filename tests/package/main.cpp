@@ -1,10 +1,9 @@
 // Built against the *installed* cotensor package: uses the public contract and checks results.
-#include <cotensor/cotensor.hpp>
-
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <cotensor/cotensor.hpp>
 #include <cstdio>
 #include <sstream>
 
@@ -14,12 +13,15 @@ int main() {
   auto z = x * cotensor::full({2, 3}, 3.0F) + 2.0F;  // 5 everywhere
   float total = 0;
   asio::io_context io;
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    co_await z.ready();
-    co_await cotensor::when_all(z, x);
-    co_await cotensor::when_all();
-    total = z.sum().item();
-  }, asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await z.ready();
+        co_await cotensor::when_all(z, x);
+        co_await cotensor::when_all();
+        total = z.sum().item();
+      },
+      asio::detached);
   io.run();
   cotensor::wait_all();
   std::ostringstream printed;

@@ -21,7 +21,7 @@ namespace cotensor::detail {
 /// cancelled wait releases its executor at once, while the awaited op runs on.
 template <class Handler>
 class async_waiter final : public waiter {
- public:
+public:
   using executor_type = asio::associated_executor_t<Handler, asio::any_io_executor>;
 
   template <class Start>
@@ -43,7 +43,7 @@ class async_waiter final : public waiter {
     release();
   }
 
- private:
+private:
   // Type-erased on purpose: the type `asio::prefer` yields for a given executor can depend on
   // which Asio headers a translation unit included, and this class must have one layout.
   using work_executor = asio::any_io_executor;
@@ -60,8 +60,8 @@ class async_waiter final : public waiter {
         return;
       }
       // The wait is abandoned; the awaited op runs on. From a cancellation handler: post.
-      self->finish(std::make_exception_ptr(
-          boost::system::system_error(asio::error::operation_aborted)));
+      self->finish(
+          std::make_exception_ptr(boost::system::system_error(asio::error::operation_aborted)));
     }
 
     async_waiter* self;
@@ -69,8 +69,9 @@ class async_waiter final : public waiter {
 
   explicit async_waiter(Handler handler)
       : handler_(std::move(handler)),
-        work_(asio::prefer(work_executor(asio::get_associated_executor(handler_, fallback_executor())),
-                           asio::execution::outstanding_work.tracked)) {}
+        work_(asio::prefer(
+            work_executor(asio::get_associated_executor(handler_, fallback_executor())),
+            asio::execution::outstanding_work.tracked)) {}
 
   // Runs the handler with `error` on its executor; called once, by whoever claimed it.
   void finish(std::exception_ptr error) {

@@ -25,10 +25,10 @@ class tracker;
 /// on whatever thread finished that work, possibly inside the call that started the wait. An
 /// implementation must not run user code there: it hands off to the waiter's own executor.
 class waiter {
- public:
+public:
   virtual void complete(std::exception_ptr error) noexcept = 0;
 
- protected:
+protected:
   ~waiter() = default;
 };
 
