@@ -2,20 +2,29 @@
 
 #include "frontend.hpp"
 
-#include <atomic>
+#include <mutex>
+#include <utility>
 
 namespace cotensor {
 namespace {
 
-std::atomic<std::uint64_t> seed_{0};
-std::atomic<std::uint64_t> calls_{0};  // randn calls since the last manual_seed
+// The seed and the number of randn calls since it was set change together.
+std::mutex mutex_;
+std::uint64_t seed_ = 0;
+std::uint64_t calls_ = 0;
+
+std::pair<std::uint64_t, std::uint64_t> next_stream() {
+  std::lock_guard lock(mutex_);
+  return {seed_, calls_++};
+}
 
 }  // namespace
 
 tensor randn(shape s, device d) {
   auto out = detail::allocate("randn", s, d);
-  const std::uint64_t seed = seed_.load(std::memory_order_relaxed);
-  const std::uint64_t stream = calls_.fetch_add(1, std::memory_order_relaxed);
+  const auto next = next_stream();
+  const std::uint64_t seed = next.first;
+  const std::uint64_t stream = next.second;
   detail::issue("randn", {}, {out}, [p = out->data(), n = s.numel(), seed, stream] {
     detail::cpu::randn(p, n, seed, stream);
   });
@@ -23,8 +32,9 @@ tensor randn(shape s, device d) {
 }
 
 void manual_seed(std::uint64_t seed) {
-  seed_.store(seed, std::memory_order_relaxed);
-  calls_.store(0, std::memory_order_relaxed);
+  std::lock_guard lock(mutex_);
+  seed_ = seed;
+  calls_ = 0;
 }
 
 }  // namespace cotensor

@@ -172,6 +172,7 @@ TEST_SUITE("runtime") {
     runtime& before = runtime::current();
     std::atomic<bool> ran{false};
     std::promise<void> gate;
+    std::thread opener;
     {
       runtime rt({.worker_threads = 3});
       CHECK(&runtime::current() == &rt);
@@ -183,13 +184,13 @@ TEST_SUITE("runtime") {
         return v;
       });
       CHECK(rt.stats().issued == 2);
-      std::thread opener([&] {
+      opener = std::thread([&] {
         std::this_thread::sleep_for(50ms);
         gate.set_value();
       });
-      opener.detach();
-    }
+    }  // waits for the gated op
     CHECK(ran);
+    opener.join();
     CHECK(&runtime::current() == &before);
   }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -154,23 +155,24 @@ void engine::push(std::unique_ptr<op_node> node) {
     op->scope = s->shared_from_this();
     op->scope_generation = s->enter();
   }
-  blocking_waiter done;
+  std::optional<blocking_waiter> done;
   if (options_.synchronous) {
-    op->on_done = &done;
+    op->on_done = &done.emplace();
   }
   // One unmet dependency per access, plus one we hold until every access is requested, so the
   // op cannot start (and be freed) while we still walk its accesses.
   op->unmet.store(static_cast<std::int32_t>(op->accesses.size()) + 1, std::memory_order_relaxed);
   for (auto& a : op->accesses) {
+    a.entry.op = op;
     if (a.mode == access_mode::read) {
-      a.buffer->var.read(op);
+      a.buffer->var.read(&a.entry);
     } else {
-      a.buffer->var.write(op);
+      a.buffer->var.write(&a.entry);
     }
   }
   op->dependency_met();
   if (options_.synchronous) {
-    if (auto error = done.wait()) {
+    if (auto error = done->wait()) {
       std::rethrow_exception(error);
     }
   }
@@ -333,13 +335,13 @@ void issue(const char* name,
   };
   for (const auto& w : writes) {
     if (find(w.get()) == op->accesses.end()) {
-      op->accesses.push_back({w, access_mode::write});
+      op->accesses.push_back({w, access_mode::write, {}});
     }
   }
   for (const auto& r : reads) {
     auto it = find(r.get());
     if (it == op->accesses.end()) {
-      op->accesses.push_back({r, access_mode::read});
+      op->accesses.push_back({r, access_mode::read, {}});
     } else if (it->mode == access_mode::write) {
       it->mode = access_mode::read_write;
     }

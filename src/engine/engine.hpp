@@ -54,6 +54,7 @@ enum class access_mode : std::uint8_t { read, write, read_write };
 struct access {
   std::shared_ptr<storage> buffer;
   access_mode mode;
+  pending_access entry;  // this access's place in the buffer's FIFO
 };
 
 /// One op in the engine: what it touches, what it runs, and the sets it belongs to.

@@ -1,6 +1,7 @@
 #include "engine/var.hpp"
 
 #include "cotensor/detail/engine_fwd.hpp"
+#include "cotensor/error.hpp"
 
 #include "engine/engine.hpp"
 
@@ -24,55 +25,76 @@ struct var::grants {
   }
 };
 
+var::~var() {
+  // Every queued access holds the buffer alive, so a dying var has an empty FIFO.
+  COTENSOR_ASSERT(head_ == nullptr);
+}
+
+void var::enqueue(pending_access* entry) {
+  entry->next = nullptr;
+  if (tail_ != nullptr) {
+    tail_->next = entry;
+  } else {
+    head_ = entry;
+  }
+  tail_ = entry;
+}
+
 void var::grant_front(grants& g) {
-  while (!queue_.empty() && !writing_) {
-    pending& next = queue_.front();
-    if (next.is_write) {
-      if (readers_ != 0) {
-        return;
-      }
-      writing_ = true;
-      g.ops.push_back(next.op);
-    } else if (next.op != nullptr) {
-      ++readers_;
-      g.ops.push_back(next.op);
-    } else {
-      g.waits.emplace_back(next.w, error);
+  while (head_ != nullptr && !writing_) {
+    pending_access* next = head_;
+    if (next->is_write && readers_ != 0) {
+      return;
     }
-    queue_.pop_front();
+    head_ = next->next;
+    if (head_ == nullptr) {
+      tail_ = nullptr;
+    }
+    if (next->is_write) {
+      writing_ = true;
+      g.ops.push_back(next->op);
+    } else if (next->op != nullptr) {
+      ++readers_;
+      g.ops.push_back(next->op);
+    } else {
+      g.waits.emplace_back(next->w, error);
+      delete next;  // a wait's entry is its own
+    }
   }
 }
 
-void var::read(op_node* op) {
+void var::read(pending_access* entry) {
   {
     std::lock_guard lock(mutex_);
-    if (writing_ || !queue_.empty()) {
-      queue_.push_back({op, nullptr, false});
+    if (writing_ || head_ != nullptr) {
+      entry->is_write = false;
+      enqueue(entry);
       return;
     }
     ++readers_;
   }
-  op->dependency_met();
+  entry->op->dependency_met();
 }
 
-void var::write(op_node* op) {
+void var::write(pending_access* entry) {
   {
     std::lock_guard lock(mutex_);
-    if (writing_ || readers_ != 0 || !queue_.empty()) {
-      queue_.push_back({op, nullptr, true});
+    if (writing_ || readers_ != 0 || head_ != nullptr) {
+      entry->is_write = true;
+      enqueue(entry);
       return;
     }
     writing_ = true;
   }
-  op->dependency_met();
+  entry->op->dependency_met();
 }
 
 void var::wait_read(waiter& w) {
   std::exception_ptr captured;
   {
     std::lock_guard lock(mutex_);
-    if (writing_ || !queue_.empty()) {
-      queue_.push_back({nullptr, &w, false});
+    if (writing_ || head_ != nullptr) {
+      enqueue(new pending_access{nullptr, nullptr, &w, false});
       return;
     }
     captured = error;

@@ -1,7 +1,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <mutex>
 
@@ -10,6 +9,15 @@ namespace cotensor::detail {
 class waiter;
 struct op_node;
 
+/// One access waiting in a var's FIFO. Ops embed theirs (one per buffer they touch), so queuing
+/// allocates nothing; a queued wait allocates one.
+struct pending_access {
+  pending_access* next = nullptr;
+  op_node* op = nullptr;  // null for a wait
+  waiter* w = nullptr;
+  bool is_write = false;
+};
+
 /// The read/write queue of one buffer, after MXNet's ThreadedVar.
 ///
 /// Reads run together; a write waits for every earlier read and write; a read waits for earlier
@@ -17,11 +25,17 @@ struct op_node;
 /// with a write. A wait (`wait_read`) is a read that ends the moment it starts: it captures the
 /// buffer's error and completes its waiter.
 class var {
-public:
-  /// Asks for a read by `op`; calls `op->dependency_met()` when it may start (maybe at once).
-  void read(op_node* op);
-  /// Asks for a write by `op`; calls `op->dependency_met()` when it may start (maybe at once).
-  void write(op_node* op);
+ public:
+  var() = default;
+  var(const var&) = delete;
+  var& operator=(const var&) = delete;
+  ~var();
+
+  /// Asks for a read by `entry->op`; calls `op->dependency_met()` when it may start (maybe at
+  /// once). `entry` must stay valid until then.
+  void read(pending_access* entry);
+  /// Asks for a write by `entry->op`, as `read`.
+  void write(pending_access* entry);
   /// Completes `w` with this buffer's error once every earlier write has ended (maybe at once).
   void wait_read(waiter& w);
   /// Ends a read started by `read`.
@@ -33,20 +47,17 @@ public:
   /// holding the write, read only by ops holding a read (or under the lock, by waits).
   std::exception_ptr error;
 
-private:
-  struct pending {
-    op_node* op;  // null for a wait
-    waiter* w;
-    bool is_write;
-  };
+ private:
   struct grants;
   // Starts accesses from the front of the FIFO as far as the rules allow; lock held.
   void grant_front(grants& g);
+  void enqueue(pending_access* entry);
 
   std::mutex mutex_;
   std::int32_t readers_ = 0;  // reads running now
   bool writing_ = false;      // a write is running now
-  std::deque<pending> queue_;
+  pending_access* head_ = nullptr;
+  pending_access* tail_ = nullptr;
 };
 
 }  // namespace cotensor::detail

@@ -29,6 +29,9 @@ auto run_to_completion(MakeAwaitable make, std::chrono::seconds limit = std::chr
     }
     io.run_one_for(std::chrono::milliseconds(50));
   }
+  // Like any Asio user, let outstanding work (a completion still being posted by a backend
+  // thread) drain before the io_context is destroyed.
+  io.run();
   return future.get();
 }
 

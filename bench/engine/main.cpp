@@ -1,0 +1,178 @@
+// The engine's figures for the d2l.ai chapter "Asynchronous Computation", one machine-readable
+// line each, `cotensor.<name>: <value>` (see bench/README.md for what each one means):
+//
+//   enqueue_us                 t1: microseconds the frontend spends issuing one small op
+//   increment_10000            seconds for 10,000 x `y = x + 1`, waited once at the end
+//   increment_10000_sync       seconds for 10,000 x `y = x + 1`, `y.wait()` after each
+//   increment_async_us_per_op  increment_10000 / 10,000, in microseconds
+//   increment_sync_us_per_op   increment_10000_sync / 10,000, in microseconds
+//   matmul_loop_f32            seconds for 10 x (randn 1000 x 1000 + matmul), then wait_all
+//   sgemm_1000_gflops          GFLOP/s of one 1000 x 1000 matmul, waited
+//
+// Each figure is the median of --repeat runs (default 5) after one warm-up run; --quick makes
+// it one run, for CI smoke tests. Usage: cotensor_bench_engine [--repeat N] [--quick]
+
+#include "cotensor/cotensor.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+// Runs `f` once to warm up, then `repeat` times, and returns the median of the seconds `f`
+// reports (`f` times what it means to measure and leaves nothing running).
+template <class F>
+double median_seconds(int repeat, F f) {
+  f();
+  std::vector<double> runs;
+  for (int i = 0; i < repeat; ++i) {
+    runs.push_back(f());
+  }
+  std::ranges::sort(runs);
+  const auto mid = runs.size() / 2;
+  return runs.size() % 2 == 1 ? runs[mid] : (runs[mid - 1] + runs[mid]) / 2;
+}
+
+void print(const char* name, double value) {
+  std::printf("cotensor.%s: %.6f\n", name, value);
+  std::fflush(stdout);
+}
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr,
+               "cotensor_bench_engine: %s\n"
+               "usage: cotensor_bench_engine [--repeat N] [--quick]\n",
+               message.c_str());
+  std::exit(2);
+}
+
+int parse_repeat(int argc, char** argv) {
+  int repeat = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--quick") {
+      repeat = 1;
+    } else if (arg == "--repeat" && i + 1 < argc) {
+      const std::string_view value = argv[++i];
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), repeat);
+      if (ec != std::errc{} || end != value.data() + value.size() || repeat < 1) {
+        usage_error("--repeat needs a positive integer, got '" + std::string(value) + "'");
+      }
+    } else {
+      usage_error("unknown or incomplete argument '" + std::string(arg) + "'");
+    }
+  }
+  return repeat;
+}
+
+constexpr int increments = 10'000;
+constexpr std::int64_t n = 1000;
+
+// t1: issue `increments` small ops without waiting; the wait is outside the timer.
+double enqueue_us(int repeat) {
+  // With the default in-flight bound (1024) the loop blocks in admission whenever the backend
+  // falls behind, and we would time execution, not enqueueing. An unbounded runtime lets all
+  // 10,000 ops queue up (a few MB of op nodes); it is current only here.
+  auto options = cotensor::runtime_options::from_environment();
+  options.max_in_flight = 0;
+  cotensor::runtime unbounded(options);
+  const auto x = cotensor::ones({1, 2});
+  x.wait();
+  const double s = median_seconds(repeat, [&] {
+    cotensor::tensor y;
+    const auto start = clock_type::now();
+    for (int i = 0; i < increments; ++i) {
+      y = x + 1.0F;
+    }
+    const double t = seconds_since(start);
+    cotensor::wait_all();
+    return t;
+  });
+  return s / increments * 1e6;
+}
+
+// The chapter's "asynchronous": 10,000 increments, one wait at the end.
+double increment_async(int repeat, const cotensor::tensor& x) {
+  return median_seconds(repeat, [&] {
+    cotensor::tensor y;
+    const auto start = clock_type::now();
+    for (int i = 0; i < increments; ++i) {
+      y = x + 1.0F;
+    }
+    cotensor::wait_all();
+    return seconds_since(start);
+  });
+}
+
+// The chapter's "synchronous": 10,000 increments, each waited on (a host round trip per op).
+double increment_sync(int repeat, const cotensor::tensor& x) {
+  return median_seconds(repeat, [&] {
+    const auto start = clock_type::now();
+    for (int i = 0; i < increments; ++i) {
+      const auto y = x + 1.0F;
+      y.wait();
+    }
+    return seconds_since(start);
+  });
+}
+
+// The chapter's backend-asynchrony loop, synchronized.
+double matmul_loop(int repeat) {
+  return median_seconds(repeat, [] {
+    const auto start = clock_type::now();
+    for (int i = 0; i < 10; ++i) {
+      const auto a = cotensor::randn({n, n});
+      const auto b = cotensor::matmul(a, a);
+    }
+    cotensor::wait_all();
+    return seconds_since(start);
+  });
+}
+
+double sgemm_gflops(int repeat) {
+  const auto a = cotensor::randn({n, n});
+  a.wait();
+  const double s = median_seconds(repeat, [&] {
+    const auto start = clock_type::now();
+    cotensor::matmul(a, a).wait();
+    return seconds_since(start);
+  });
+  return 2.0 * n * n * n / s / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repeat = parse_repeat(argc, argv);
+  std::printf("# cotensor %d.%d.%d, %u worker threads, median of %d after 1 warm-up\n",
+              COTENSOR_VERSION_MAJOR, COTENSOR_VERSION_MINOR, COTENSOR_VERSION_PATCH,
+              cotensor::runtime::current().worker_threads(), repeat);
+
+  print("enqueue_us", enqueue_us(repeat));
+
+  const auto x = cotensor::ones({1, 2});
+  x.wait();
+  const double async_s = increment_async(repeat, x);
+  const double sync_s = increment_sync(repeat, x);
+  print("increment_10000", async_s);
+  print("increment_10000_sync", sync_s);
+  print("increment_async_us_per_op", async_s / increments * 1e6);
+  print("increment_sync_us_per_op", sync_s / increments * 1e6);
+
+  print("matmul_loop_f32", matmul_loop(repeat));
+  print("sgemm_1000_gflops", sgemm_gflops(repeat));
+  return 0;
+}
