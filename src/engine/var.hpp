@@ -25,7 +25,7 @@ struct pending_access {
 /// with a write. A wait (`wait_read`) is a read that ends the moment it starts: it captures the
 /// buffer's error and completes its waiter.
 class var {
- public:
+public:
   var() = default;
   var(const var&) = delete;
   var& operator=(const var&) = delete;
@@ -47,7 +47,7 @@ class var {
   /// holding the write, read only by ops holding a read (or under the lock, by waits).
   std::exception_ptr error;
 
- private:
+private:
   struct grants;
   // Starts accesses from the front of the FIFO as far as the rules allow; lock held.
   void grant_front(grants& g);
