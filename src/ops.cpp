@@ -33,7 +33,7 @@ const std::shared_ptr<storage>& checked(const tensor& t, const char* op) {
 
 std::shared_ptr<storage> allocate(const char* op, const shape& s, device d) {
   require_device(op, d);
-  return std::make_shared<storage>(s.numel(), d);
+  return std::make_shared<storage>(s, d);
 }
 
 void require_same_device(const char* op, const tensor& a, const tensor& b) {

@@ -79,9 +79,12 @@ unsigned runtime::worker_threads() const noexcept { return engine_->worker_threa
 
 void wait_all() {
   detail::check_may_block("cotensor::wait_all");
+  const auto traced = detail::trace_wait_begin("wait_all");
   detail::blocking_waiter w;
   detail::current_engine().wait_all(w);
-  if (auto error = w.wait()) {
+  auto error = w.wait();
+  detail::trace_wait_end(traced);
+  if (error) {
     std::rethrow_exception(error);
   }
 }

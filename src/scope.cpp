@@ -15,9 +15,12 @@ scope::activation::~activation() { detail::set_current_scope(previous_); }
 
 void scope::wait() const {
   detail::check_may_block("cotensor::scope::wait");
+  const auto traced = detail::trace_wait_begin("scope::wait");
   detail::blocking_waiter w;
   tracker_->wait(w);
-  if (auto error = w.wait()) {
+  auto error = w.wait();
+  detail::trace_wait_end(traced);
+  if (error) {
     std::rethrow_exception(error);
   }
 }

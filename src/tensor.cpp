@@ -23,9 +23,12 @@ void tensor::require_defined(const char* what) const { detail::checked(*this, wh
 void tensor::wait() const {
   const auto& s = detail::checked(*this, "wait");
   detail::check_may_block("cotensor::tensor::wait");
+  const auto traced = detail::trace_wait_begin("wait");
   detail::blocking_waiter w;
   s->var.wait_read(w);
-  if (auto error = w.wait()) {
+  auto error = w.wait();
+  detail::trace_wait_end(traced);
+  if (error) {
     std::rethrow_exception(error);
   }
 }

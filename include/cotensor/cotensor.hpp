@@ -13,4 +13,5 @@
 #include "cotensor/scope.hpp"
 #include "cotensor/shape.hpp"
 #include "cotensor/tensor.hpp"
+#include "cotensor/trace.hpp"
 #include "cotensor/wait.hpp"

@@ -8,6 +8,7 @@
 #include <oneapi/tbb/global_control.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <optional>
@@ -76,9 +77,10 @@ unsigned default_workers(const runtime_options& options) {
 
 // --- storage -------------------------------------------------------------------------------
 
-storage::storage(std::int64_t numel, cotensor::device d) : numel_(numel), device_(d) {
+storage::storage(const cotensor::shape& s, cotensor::device d) : shape_(s), device_(d) {
   constexpr std::size_t alignment = 64;
-  std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(numel, 1)) * sizeof(float);
+  std::size_t bytes =
+      static_cast<std::size_t>(std::max<std::int64_t>(s.numel(), 1)) * sizeof(float);
   bytes = (bytes + alignment - 1) / alignment * alignment;
   data_ = static_cast<float*>(std::aligned_alloc(alignment, bytes));
   if (data_ == nullptr) {
@@ -92,6 +94,9 @@ storage::~storage() { std::free(data_); }
 
 void op_node::dependency_met() {
   if (unmet.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (trace) [[unlikely]] {
+      trace->on_ready(trace_id);
+    }
     owner->dispatch(this);
   }
 }
@@ -130,12 +135,25 @@ engine::engine(const runtime_options& options)
   raise_parallelism(workers_);
   arena_.initialize(static_cast<int>(workers_), 0);  // no slot kept for a joining caller
   observer_ = std::make_unique<backend_observer>(arena_, this);
+  if (const char* path = std::getenv("COTENSOR_TRACE"); path != nullptr && *path != '\0') {
+    trace_path_ = path;
+    start_trace();
+  }
 }
 
 engine::~engine() {
   blocking_waiter all;
   tracker_->wait(all);
   all.wait();
+  if (!trace_path_.empty()) {
+    if (auto r = stop_trace()) {
+      try {
+        r->snapshot().save(trace_path_);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "cotensor: COTENSOR_TRACE: %s\n", e.what());
+      }
+    }
+  }
   observer_.reset();
   arena_.terminate();
   if (fallback_) {
@@ -150,6 +168,13 @@ void engine::push(std::unique_ptr<op_node> node) {
   op->owner = this;
   acquire_room();
   issued_.fetch_add(1, std::memory_order_relaxed);
+  if (recorder* r = tracing()) [[unlikely]] {
+    std::lock_guard lock(trace_mutex_);
+    if (recorder_) {
+      op->trace = recorder_;
+      op->trace_id = r->on_issue(*op, r->now());
+    }
+  }
   op->generation = tracker_->enter();
   if (tracker* s = current_scope_tracker) {
     op->scope = s->shared_from_this();
@@ -170,7 +195,12 @@ void engine::push(std::unique_ptr<op_node> node) {
       a.buffer->var.write(&a.entry);
     }
   }
+  std::shared_ptr<recorder> trace = op->trace;  // `op` may be gone after dependency_met
+  const std::uint64_t trace_id = op->trace_id;
   op->dependency_met();
+  if (trace) [[unlikely]] {
+    trace->on_issued(trace_id);
+  }
   if (options_.synchronous) {
     if (auto error = done->wait()) {
       std::rethrow_exception(error);
@@ -194,6 +224,9 @@ std::exception_ptr engine::run(op_node* op) noexcept {
       break;
     }
   }
+  if (op->trace) [[unlikely]] {
+    op->trace->on_start(op->trace_id);
+  }
   std::exception_ptr own;
   if (!inherited) {
     try {
@@ -201,6 +234,9 @@ std::exception_ptr engine::run(op_node* op) noexcept {
     } catch (...) {
       own = std::current_exception();
     }
+  }
+  if (op->trace) [[unlikely]] {
+    op->trace->on_end(op->trace_id, inherited || own);
   }
   waiter* on_done = op->on_done;
   retire(op, inherited ? inherited : own);
@@ -299,6 +335,24 @@ void engine::admit(waiter& w) {
     room_wanted_.fetch_sub(1, std::memory_order_seq_cst);
   }
   w.complete(nullptr);
+}
+
+void engine::start_trace() {
+  std::lock_guard lock(trace_mutex_);
+  if (recorder_) {
+    throw std::logic_error("cotensor::start_trace: a trace is already recording");
+  }
+  recorder_ = std::make_shared<recorder>();
+  tracing_.store(recorder_.get(), std::memory_order_release);
+}
+
+std::shared_ptr<recorder> engine::stop_trace() {
+  blocking_waiter all;
+  tracker_->wait(all);
+  all.wait();
+  std::lock_guard lock(trace_mutex_);
+  tracing_.store(nullptr, std::memory_order_release);
+  return std::move(recorder_);
 }
 
 asio::any_io_executor engine::fallback_executor() {

@@ -4,7 +4,9 @@
 #include "cotensor/detail/engine_fwd.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/runtime.hpp"
+#include "cotensor/shape.hpp"
 
+#include "engine/recorder.hpp"
 #include "engine/tracker.hpp"
 #include "engine/var.hpp"
 
@@ -21,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace cotensor::detail {
@@ -30,20 +33,22 @@ class engine;
 /// A tensor's buffer: 64-byte aligned floats plus the read/write queue that orders access.
 class storage {
 public:
-  storage(std::int64_t numel, cotensor::device d);
+  storage(const cotensor::shape& s, cotensor::device d);
   storage(const storage&) = delete;
   storage& operator=(const storage&) = delete;
   ~storage();
 
   float* data() noexcept { return data_; }
-  std::int64_t numel() const noexcept { return numel_; }
+  std::int64_t numel() const noexcept { return shape_.numel(); }
+  /// The shape the buffer was made with (views may see it otherwise).
+  const cotensor::shape& shape() const noexcept { return shape_; }
   cotensor::device device() const noexcept { return device_; }
 
   detail::var var;
 
 private:
   float* data_;
-  std::int64_t numel_;
+  cotensor::shape shape_;
   cotensor::device device_;
 };
 
@@ -68,7 +73,9 @@ struct op_node {
   std::uint64_t generation = 0;    // in the runtime's tracker
   std::shared_ptr<tracker> scope;  // null when issued outside a scope
   std::uint64_t scope_generation = 0;
-  waiter* on_done = nullptr;  // synchronous mode: completed with the op's own error
+  waiter* on_done = nullptr;        // synchronous mode: completed with the op's own error
+  std::shared_ptr<recorder> trace;  // the trace recording when it was issued, or null
+  std::uint64_t trace_id = 0;
 
   /// One access granted (or `push` done asking); the last one dispatches the op.
   void dependency_met();
@@ -90,6 +97,17 @@ public:
   void wait_all(waiter& w) { tracker_->wait(w); }
   void admit(waiter& w);
   asio::any_io_executor fallback_executor();
+  /// Starts recording a trace; throws std::logic_error if one is recording.
+  void start_trace();
+  /// Waits for the ops in flight, stops recording and returns the trace (null if none).
+  std::shared_ptr<recorder> stop_trace();
+  /// The recording trace, kept alive by the caller; null if none.
+  std::shared_ptr<recorder> current_recorder() {
+    std::lock_guard lock(trace_mutex_);
+    return recorder_;
+  }
+  /// The recording trace, or null: one load, the only cost when tracing is off.
+  recorder* tracing() const noexcept { return tracing_.load(std::memory_order_acquire); }
   const runtime_options& options() const noexcept { return options_; }
   runtime_stats stats() const noexcept;
   unsigned worker_threads() const noexcept { return workers_; }
@@ -129,6 +147,11 @@ private:
   std::mutex room_mutex_;
   std::condition_variable room_cv_;
   std::deque<waiter*> room_waiters_;
+
+  std::atomic<recorder*> tracing_{nullptr};
+  std::mutex trace_mutex_;
+  std::shared_ptr<recorder> recorder_;
+  std::string trace_path_;  // COTENSOR_TRACE: saved when the engine stops
 
   std::once_flag fallback_once_;
   std::unique_ptr<asio::thread_pool> fallback_;

@@ -27,6 +27,7 @@ public:
   template <class Start>
   static void launch(Handler handler, Start&& start) {
     auto* self = new async_waiter(std::move(handler));
+    self->trace_ = trace_wait_begin("async_wait");
     auto slot = asio::get_associated_cancellation_slot(self->handler_);
     if (slot.is_connected()) {
       self->refs_.fetch_add(1, std::memory_order_relaxed);
@@ -76,7 +77,9 @@ private:
   // Runs the handler with `error` on its executor; called once, by whoever claimed it.
   void finish(std::exception_ptr error) {
     auto work = std::move(work_);
-    asio::post(work, [handler = std::move(handler_), work, error = std::move(error)]() mutable {
+    asio::post(work, [handler = std::move(handler_), work, error = std::move(error),
+                      trace = std::move(trace_)]() mutable {
+      trace_wait_end(trace);
       std::move(handler)(std::move(error));
     });
   }
@@ -89,6 +92,7 @@ private:
 
   Handler handler_;
   work_executor work_;
+  traced_wait_handle trace_;
   std::atomic<int> refs_{1};
   // false: nobody has completed the handler yet; true: completion or cancellation took it.
   std::atomic<bool> claimed_{false};

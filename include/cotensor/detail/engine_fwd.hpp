@@ -47,6 +47,16 @@ void start_admission(waiter& w);
 /// The executor that runs completion handlers that have no associated executor of their own.
 asio::any_io_executor fallback_executor();
 
+/// A wait being recorded by a trace (empty when no trace records).
+struct traced_wait_handle {
+  std::shared_ptr<void> recorder;
+  std::uint64_t index = 0;
+};
+/// Records that a wait of `kind` began on this thread, if a trace is recording.
+traced_wait_handle trace_wait_begin(const char* kind);
+/// Records that the wait ended (resumed) on this thread.
+void trace_wait_end(const traced_wait_handle& handle) noexcept;
+
 /// An elementwise kernel over a contiguous chunk: `out[i] = f(in[i])` for `i < n`. The engine
 /// calls it on backend threads, on several disjoint chunks at once.
 using unary_kernel = std::function<void(const float* in, float* out, std::int64_t n)>;

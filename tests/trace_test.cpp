@@ -1,0 +1,122 @@
+#include "support/run.hpp"
+
+#include <boost/json/src.hpp>  // header-only Boost.JSON, to check the trace is valid JSON
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cotensor/cotensor.hpp>
+#include <cotensor/trace.hpp>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+using namespace cotensor;
+namespace asio = boost::asio;
+
+namespace {
+
+const traced_op& find_op(const trace& t, std::string_view name) {
+  auto it = std::ranges::find_if(t.ops, [&](const traced_op& op) { return op.name == name; });
+  REQUIRE(it != t.ops.end());
+  return *it;
+}
+
+}  // namespace
+
+TEST_SUITE("trace") {
+  TEST_CASE("a trace of z = x * y + 2 has its ops, edges and times in order" *
+            doctest::timeout(20)) {
+    runtime rt{runtime_options{}};
+    start_trace();
+    auto x = ones({2, 3});
+    auto y = full({2, 3}, 3.0F);
+    auto z = x * y + 2.0F;
+    x += 1.0F;  // must wait for `*`, which reads x
+    z.wait();
+    trace t = stop_trace();
+    REQUIRE(t.ops.size() == 5);
+    const auto& mul = find_op(t, "operator*");
+    const auto& add = find_op(t, "operator+");
+    const auto& inc = find_op(t, "operator+=");
+    CHECK(mul.depends_on == std::vector<std::uint64_t>{0, 1});  // read after write: x, y
+    CHECK(add.depends_on == std::vector<std::uint64_t>{mul.id});
+    CHECK(std::ranges::find(inc.depends_on, mul.id) != inc.depends_on.end());  // write after read
+    CHECK(mul.outputs == std::vector<shape>{shape{2, 3}});
+    CHECK(mul.bytes == 3 * 6 * sizeof(float));
+    for (const auto& op : t.ops) {
+      CAPTURE(op.name);
+      CHECK(op.enqueued <= op.issued);
+      CHECK(op.ready >= op.enqueued);
+      CHECK(op.started >= op.ready);
+      CHECK(op.ended >= op.started);
+      CHECK(op.backend_thread >= 0);
+      CHECK(t.thread_names.at(static_cast<std::size_t>(op.backend_thread)).starts_with("worker"));
+      CHECK(t.thread_names.at(static_cast<std::size_t>(op.frontend_thread)) == "frontend 0");
+      for (auto dep : op.depends_on) {
+        CHECK(t.ops[dep].ended <= op.started);  // nesting: a consumer starts after its producers
+      }
+    }
+    REQUIRE(t.waits.size() == 1);
+    CHECK(t.waits[0].kind == "wait");
+    CHECK(t.waits[0].resumed >= t.waits[0].suspended);
+    const std::string dot = t.to_dot();
+    CHECK(dot.find("op2 -> op4 [style=dashed") != std::string::npos);
+    CHECK(dot.find("t0 -> op2") != std::string::npos);
+  }
+
+  TEST_CASE("the Chrome trace is valid JSON with tracks, slices and flow arrows" *
+            doctest::timeout(20)) {
+    runtime rt{runtime_options{}};
+    start_trace();
+    auto a = randn({64, 64});
+    auto b = matmul(a, a);
+    auto ok = cotensor::test::run_to_completion([b]() -> asio::awaitable<bool> {
+      co_await b.ready();
+      co_return true;
+    });
+    CHECK(ok);
+    trace t = stop_trace();
+    auto doc = boost::json::parse(t.to_chrome_json());
+    const auto& events = doc.at("traceEvents").as_array();
+    std::set<std::string> phases;
+    std::set<std::string> names;
+    int flows_started = 0;
+    int flows_finished = 0;
+    for (const auto& e : events) {
+      const auto& obj = e.as_object();
+      phases.insert(std::string(obj.at("ph").as_string()));
+      names.insert(std::string(obj.at("name").as_string()));
+      flows_started += obj.at("ph").as_string() == "s" ? 1 : 0;
+      flows_finished += obj.at("ph").as_string() == "f" ? 1 : 0;
+    }
+    CHECK(phases.count("X") == 1);
+    CHECK(phases.count("M") == 1);
+    CHECK(names.count("thread_name") == 1);
+    CHECK(names.count("matmul") == 1);
+    CHECK(names.count("enqueue matmul") == 1);
+    CHECK(names.count("async_wait") == 1);  // the coroutine's suspension
+    CHECK(flows_started == 3);              // enqueue->run for randn and matmul, randn->matmul
+    CHECK(flows_finished == flows_started);
+  }
+
+  TEST_CASE("traces start and stop once, and save to a file" * doctest::timeout(20)) {
+    runtime rt{runtime_options{}};
+    CHECK_THROWS_AS(stop_trace(), std::logic_error);
+    start_trace();
+    CHECK_THROWS_AS(start_trace(), std::logic_error);
+    (void)ones({4});
+    trace t = stop_trace();
+    CHECK(t.ops.size() == 1);
+    const std::string path = "trace_test_output.json";
+    t.save(path);
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    CHECK(text.str() == t.to_chrome_json());
+    CHECK_THROWS_AS(t.save("/nonexistent-dir/x.json"), std::system_error);
+    (void)ones({4});  // not recorded: no trace is on
+    start_trace();
+    CHECK(stop_trace().ops.empty());
+  }
+}
