@@ -33,7 +33,7 @@ const std::shared_ptr<storage>& checked(const tensor& t, const char* op) {
 
 std::shared_ptr<storage> allocate(const char* op, const shape& s, device d) {
   require_device(op, d);
-  return std::make_shared<storage>(s, d);
+  return storage::make(s, d);
 }
 
 void require_same_device(const char* op, const tensor& a, const tensor& b) {
@@ -98,10 +98,17 @@ tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) 
   auto out = detail::allocate(op, out_shape, a.device());
   const auto& sa = a.storage();
   const auto& sb = b.storage();
-  detail::issue(op, {sa, sb}, {out},
-                [kind, pa = sa->data(), pb = sb->data(), po = out->data(), as = a.shape(),
-                 bs = b.shape(),
-                 os = out_shape] { detail::cpu::binary(kind, pa, as, pb, bs, po, os); });
+  if (a.shape() == b.shape()) {  // the common case: a closure small enough to live in the op
+    detail::issue(op, {sa, sb}, {out},
+                  [kind, pa = sa->data(), pb = sb->data(), po = out->data(), n = a.numel()] {
+                    detail::cpu::binary_same_shape(kind, pa, pb, po, n);
+                  });
+  } else {
+    detail::issue(op, {sa, sb}, {out},
+                  [kind, pa = sa->data(), pb = sb->data(), po = out->data(), as = a.shape(),
+                   bs = b.shape(),
+                   os = out_shape] { detail::cpu::binary(kind, pa, as, pb, bs, po, os); });
+  }
   return {std::move(out), std::move(out_shape)};
 }
 

@@ -112,7 +112,7 @@ void binary(binary_op op,
             const shape& out_shape) {
   const std::int64_t n = out_shape.numel();
   if (a_shape == b_shape) {
-    with_binary(op, [&](auto f) { binary_flat(a, b, out, n, f); });
+    binary_same_shape(op, a, b, out, n);
     return;
   }
   if (b_shape.numel() == 1 && a_shape == out_shape) {
@@ -162,6 +162,10 @@ void binary(binary_op op,
       }
     });
   });
+}
+
+void binary_same_shape(binary_op op, const float* a, const float* b, float* out, std::int64_t n) {
+  with_binary(op, [&](auto f) { binary_flat(a, b, out, n, f); });
 }
 
 void binary_scalar(

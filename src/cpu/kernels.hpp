@@ -32,6 +32,8 @@ void binary(binary_op op,
             const shape& b_shape,
             float* out,
             const shape& out_shape);
+/// out = a ⊗ b elementwise over `n` elements of equal shape; `out` may alias `a` or `b`.
+void binary_same_shape(binary_op op, const float* a, const float* b, float* out, std::int64_t n);
 /// out = a ⊗ s (or s ⊗ a when `scalar_left`), elementwise; `out` may alias `a`.
 void binary_scalar(
     binary_op op, const float* a, float s, bool scalar_left, float* out, std::int64_t n);

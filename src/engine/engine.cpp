@@ -6,6 +6,7 @@
 #include "cpu/kernels.hpp"
 
 #include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/scalable_allocator.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -79,18 +80,43 @@ unsigned default_workers(const runtime_options& options) {
 
 storage::storage(const cotensor::shape& s, cotensor::device d) : shape_(s), device_(d) {
   constexpr std::size_t alignment = 64;
-  std::size_t bytes =
+  const std::size_t bytes =
       static_cast<std::size_t>(std::max<std::int64_t>(s.numel(), 1)) * sizeof(float);
-  bytes = (bytes + alignment - 1) / alignment * alignment;
-  data_ = static_cast<float*>(std::aligned_alloc(alignment, bytes));
-  if (data_ == nullptr) {
-    throw std::bad_alloc();
-  }
+  data_ = static_cast<float*>(allocate_bytes(bytes, alignment));
 }
 
-storage::~storage() { std::free(data_); }
+storage::~storage() { free_bytes(data_); }
+
+std::shared_ptr<storage> storage::make(const cotensor::shape& s, cotensor::device d) {
+  return std::allocate_shared<storage>(allocator<storage>(), s, d);
+}
+
+void* allocate_bytes(std::size_t bytes, std::size_t alignment) {
+#if COTENSOR_SYSTEM_ALLOCATOR
+  bytes = (bytes + alignment - 1) / alignment * alignment;
+  void* p = std::aligned_alloc(alignment, bytes);
+#else
+  void* p = scalable_aligned_malloc(bytes, alignment);
+#endif
+  if (p == nullptr) {
+    throw std::bad_alloc();
+  }
+  return p;
+}
+
+void free_bytes(void* p) noexcept {
+#if COTENSOR_SYSTEM_ALLOCATOR
+  std::free(p);
+#else
+  scalable_aligned_free(p);
+#endif
+}
 
 // --- op_node -------------------------------------------------------------------------------
+
+void* op_node::operator new(std::size_t size) { return allocate_bytes(size, alignof(op_node)); }
+
+void op_node::operator delete(void* p) noexcept { free_bytes(p); }
 
 void op_node::dependency_met() {
   if (unmet.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -377,13 +403,11 @@ void set_current_scope(tracker* t) noexcept { current_scope_tracker = t; }
 
 // --- issuing -------------------------------------------------------------------------------
 
-void issue(const char* name,
-           std::initializer_list<std::shared_ptr<storage>> reads,
-           std::initializer_list<std::shared_ptr<storage>> writes,
-           std::function<void()> kernel) {
+std::unique_ptr<op_node> make_op(const char* name,
+                                 std::initializer_list<std::shared_ptr<storage>> reads,
+                                 std::initializer_list<std::shared_ptr<storage>> writes) {
   auto op = std::make_unique<op_node>();
   op->name = name;
-  op->kernel = std::move(kernel);
   auto find = [&](const storage* s) {
     return std::ranges::find_if(op->accesses, [s](const access& a) { return a.buffer.get() == s; });
   };
@@ -400,7 +424,7 @@ void issue(const char* name,
       it->mode = access_mode::read_write;
     }
   }
-  current_engine().push(std::move(op));
+  return op;
 }
 
 // --- waits ---------------------------------------------------------------------------------

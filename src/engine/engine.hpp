@@ -6,6 +6,7 @@
 #include "cotensor/runtime.hpp"
 #include "cotensor/shape.hpp"
 
+#include "engine/kernel_fn.hpp"
 #include "engine/recorder.hpp"
 #include "engine/tracker.hpp"
 #include "engine/var.hpp"
@@ -30,9 +31,32 @@ namespace cotensor::detail {
 
 class engine;
 
+/// Allocates `bytes` aligned to `alignment` (a power of two) from oneTBB's scalable allocator,
+/// or from malloc in sanitizer builds (COTENSOR_SYSTEM_ALLOCATOR). Throws std::bad_alloc.
+void* allocate_bytes(std::size_t bytes, std::size_t alignment);
+void free_bytes(void* p) noexcept;
+
+/// A std::allocator-like front for `allocate_bytes`.
+template <class T>
+struct allocator {
+  using value_type = T;
+  allocator() noexcept = default;
+  template <class U>
+  allocator(const allocator<U>& /*other*/) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(allocate_bytes(n * sizeof(T), alignof(T))); }
+  void deallocate(T* p, std::size_t /*n*/) noexcept { free_bytes(p); }
+  template <class U>
+  bool operator==(const allocator<U>& /*other*/) const noexcept {
+    return true;
+  }
+};
+
 /// A tensor's buffer: 64-byte aligned floats plus the read/write queue that orders access.
 class storage {
 public:
+  /// A new buffer for a tensor of shape `s`, uninitialised.
+  static std::shared_ptr<storage> make(const cotensor::shape& s, cotensor::device d);
+
   storage(const cotensor::shape& s, cotensor::device d);
   storage(const storage&) = delete;
   storage& operator=(const storage&) = delete;
@@ -65,7 +89,7 @@ struct access {
 /// One op in the engine: what it touches, what it runs, and the sets it belongs to.
 struct op_node {
   const char* name = "";
-  std::function<void()> kernel;
+  kernel_fn kernel;
   boost::container::small_vector<access, 3> accesses;  // one per buffer, deduplicated
   engine* owner = nullptr;
   // Accesses not yet granted, plus one held by `push` until every access is requested.
@@ -79,6 +103,11 @@ struct op_node {
 
   /// One access granted (or `push` done asking); the last one dispatches the op.
   void dependency_met();
+
+  // Ops are made on the frontend and freed on a worker: a scalable allocator avoids the
+  // cross-thread contention of malloc.
+  static void* operator new(std::size_t size);
+  static void operator delete(void* p) noexcept;
 };
 
 /// The dependency engine and the CPU backend of one runtime.
@@ -164,12 +193,23 @@ engine& current_engine();
 tracker* current_scope() noexcept;
 void set_current_scope(tracker* t) noexcept;
 
-/// Builds and issues an op on the current engine. `reads` and `writes` may overlap: a buffer
-/// both read and written is one `read_write` access.
+/// A new op node for `issue`, with its accesses: a buffer both read and written is one
+/// `read_write` access.
+std::unique_ptr<op_node> make_op(const char* name,
+                                 std::initializer_list<std::shared_ptr<storage>> reads,
+                                 std::initializer_list<std::shared_ptr<storage>> writes);
+
+/// Builds and issues an op running `kernel` on the current engine. `reads` and `writes` may
+/// overlap.
+template <class Kernel>
 void issue(const char* name,
            std::initializer_list<std::shared_ptr<storage>> reads,
            std::initializer_list<std::shared_ptr<storage>> writes,
-           std::function<void()> kernel);
+           Kernel&& kernel) {
+  auto op = make_op(name, reads, writes);
+  op->kernel.emplace(std::forward<Kernel>(kernel));
+  current_engine().push(std::move(op));
+}
 
 /// A thread blocked until the engine completes it; spins briefly before sleeping.
 class blocking_waiter final : public waiter {

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <cstddef>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace cotensor::detail {
+
+/// A `void()` callable stored inside the op node when it fits (most kernels' captures do), so
+/// issuing an op allocates no closure. Neither copyable nor movable: it lives in its op.
+class kernel_fn {
+public:
+  static constexpr std::size_t capacity = 96;
+
+  kernel_fn() noexcept = default;
+  kernel_fn(const kernel_fn&) = delete;
+  kernel_fn& operator=(const kernel_fn&) = delete;
+  ~kernel_fn() { reset(); }
+
+  template <class F>
+  void emplace(F&& f) {
+    using fn = std::decay_t<F>;
+    reset();
+    if constexpr (sizeof(fn) <= capacity && alignof(fn) <= alignof(std::max_align_t) &&
+                  std::is_nothrow_move_constructible_v<fn>) {
+      target_ = ::new (static_cast<void*>(buffer_)) fn(std::forward<F>(f));
+      destroy_ = [](void* p) noexcept { static_cast<fn*>(p)->~fn(); };
+    } else {
+      target_ = new fn(std::forward<F>(f));
+      destroy_ = [](void* p) noexcept { delete static_cast<fn*>(p); };
+    }
+    invoke_ = [](void* p) { (*static_cast<fn*>(p))(); };
+  }
+
+  void operator()() { invoke_(target_); }
+  explicit operator bool() const noexcept { return target_ != nullptr; }
+
+private:
+  void reset() noexcept {
+    if (target_ != nullptr) {
+      destroy_(target_);
+      target_ = nullptr;
+    }
+  }
+
+  alignas(std::max_align_t) unsigned char buffer_[capacity];
+  void* target_ = nullptr;
+  void (*invoke_)(void*) = nullptr;
+  void (*destroy_)(void*) noexcept = nullptr;
+};
+
+}  // namespace cotensor::detail
