@@ -1,6 +1,7 @@
+#include "cotensor/device.hpp"
+
 #include <doctest/doctest.h>
 
-#include <cotensor/device.hpp>
 #include <sstream>
 
 using cotensor::device;

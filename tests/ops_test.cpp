@@ -1,8 +1,10 @@
+#include "cotensor/ops.hpp"
+
+#include <cotensor/cotensor.hpp>
+
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cotensor/cotensor.hpp>
-#include <cotensor/ops.hpp>
 #include <stdexcept>
 #include <vector>
 

@@ -1,8 +1,10 @@
+#include "cotensor/random.hpp"
+
+#include <cotensor/cotensor.hpp>
+
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cotensor/cotensor.hpp>
-#include <cotensor/random.hpp>
 #include <vector>
 
 using namespace cotensor;

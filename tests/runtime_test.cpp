@@ -1,10 +1,12 @@
+#include "cotensor/runtime.hpp"
+
+#include <cotensor/cotensor.hpp>
+
 #include "support/run.hpp"
 
 #include <doctest/doctest.h>
 
 #include <atomic>
-#include <cotensor/cotensor.hpp>
-#include <cotensor/runtime.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <future>

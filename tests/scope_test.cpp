@@ -1,3 +1,7 @@
+#include "cotensor/scope.hpp"
+
+#include <cotensor/cotensor.hpp>
+
 #include "support/run.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -5,8 +9,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <doctest/doctest.h>
 
-#include <cotensor/cotensor.hpp>
-#include <cotensor/scope.hpp>
 #include <future>
 #include <stdexcept>
 

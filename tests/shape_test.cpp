@@ -1,6 +1,7 @@
+#include "cotensor/shape.hpp"
+
 #include <doctest/doctest.h>
 
-#include <cotensor/shape.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <vector>

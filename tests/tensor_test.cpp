@@ -1,9 +1,11 @@
+#include "cotensor/tensor.hpp"
+
+#include <cotensor/cotensor.hpp>
+
 #include "support/run.hpp"
 
 #include <doctest/doctest.h>
 
-#include <cotensor/cotensor.hpp>
-#include <cotensor/tensor.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>

@@ -1,11 +1,14 @@
+#include "cotensor/trace.hpp"
+
+#include <cotensor/cotensor.hpp>
+
 #include "support/run.hpp"
 
 #include <boost/json/src.hpp>  // header-only Boost.JSON, to check the trace is valid JSON
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cotensor/cotensor.hpp>
-#include <cotensor/trace.hpp>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -108,7 +111,8 @@ TEST_SUITE("trace") {
     (void)ones({4});
     trace t = stop_trace();
     CHECK(t.ops.size() == 1);
-    const std::string path = "trace_test_output.json";
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "cotensor_trace_test.json").string();
     t.save(path);
     std::ifstream in(path);
     std::stringstream text;

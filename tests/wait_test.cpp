@@ -1,3 +1,7 @@
+#include "cotensor/wait.hpp"
+
+#include <cotensor/cotensor.hpp>
+
 #include "support/run.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -11,8 +15,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cotensor/cotensor.hpp>
-#include <cotensor/wait.hpp>
 #include <future>
 #include <stdexcept>
 #include <thread>

@@ -14,69 +14,17 @@
 
 #include "cotensor/cotensor.hpp"
 
-#include <algorithm>
-#include <charconv>
-#include <chrono>
+#include "../common.hpp"
+
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <string>
-#include <string_view>
-#include <vector>
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point start) {
-  return std::chrono::duration<double>(clock_type::now() - start).count();
-}
-
-// Runs `f` once to warm up, then `repeat` times, and returns the median of the seconds `f`
-// reports (`f` times what it means to measure and leaves nothing running).
-template <class F>
-double median_seconds(int repeat, F f) {
-  f();
-  std::vector<double> runs;
-  for (int i = 0; i < repeat; ++i) {
-    runs.push_back(f());
-  }
-  std::ranges::sort(runs);
-  const auto mid = runs.size() / 2;
-  return runs.size() % 2 == 1 ? runs[mid] : (runs[mid - 1] + runs[mid]) / 2;
-}
-
-void print(const char* name, double value) {
-  std::printf("cotensor.%s: %.6f\n", name, value);
-  std::fflush(stdout);
-}
-
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr,
-               "cotensor_bench_engine: %s\n"
-               "usage: cotensor_bench_engine [--repeat N] [--quick]\n",
-               message.c_str());
-  std::exit(2);
-}
-
-int parse_repeat(int argc, char** argv) {
-  int repeat = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--quick") {
-      repeat = 1;
-    } else if (arg == "--repeat" && i + 1 < argc) {
-      const std::string_view value = argv[++i];
-      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), repeat);
-      if (ec != std::errc{} || end != value.data() + value.size() || repeat < 1) {
-        usage_error("--repeat needs a positive integer, got '" + std::string(value) + "'");
-      }
-    } else {
-      usage_error("unknown or incomplete argument '" + std::string(arg) + "'");
-    }
-  }
-  return repeat;
-}
+using cotensor_bench::clock_type;
+using cotensor_bench::median_seconds;
+using cotensor_bench::print;
+using cotensor_bench::seconds_since;
 
 constexpr int increments = 10'000;
 constexpr std::int64_t n = 1000;
@@ -156,7 +104,7 @@ double sgemm_gflops(int repeat) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int repeat = parse_repeat(argc, argv);
+  const int repeat = cotensor_bench::parse_options("cotensor_bench_engine", argc, argv).repeat;
   std::printf("# cotensor %d.%d.%d, %u worker threads, median of %d after 1 warm-up\n",
               COTENSOR_VERSION_MAJOR, COTENSOR_VERSION_MINOR, COTENSOR_VERSION_PATCH,
               cotensor::runtime::current().worker_threads(), repeat);

@@ -31,7 +31,7 @@ int recorder::thread_index() {
 recorder::buffer_state& recorder::buffer(const std::shared_ptr<storage>& s) {
   buffer_state& b = buffers_[s.get()];
   if (b.alive.expired()) {
-    b = buffer_state{s, next_buffer_id_++};
+    b = buffer_state{s, next_buffer_id_++, -1, {}};
   }
   return b;
 }

@@ -1,9 +1,10 @@
 // Built against the *installed* cotensor package: uses the public contract and checks results.
+#include <cotensor/cotensor.hpp>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
-#include <cotensor/cotensor.hpp>
 #include <cstdio>
 #include <sstream>
 

@@ -2,12 +2,13 @@
 
 // Test support: running coroutines to completion and comparing tensors.
 
+#include <cotensor/cotensor.hpp>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 
 #include <chrono>
-#include <cotensor/cotensor.hpp>
 #include <future>
 #include <stdexcept>
 #include <utility>

@@ -1,0 +1,129 @@
+// The d2l.ai chapter "Asynchronous Computation", figure by figure, with the names the NumPy and
+// PyTorch peer script uses (shared/peers/chapter.py), so that bench/peers/compare.py can put
+// them side by side. One machine-readable line each, `cotensor.<name>: <value>`:
+//
+//   matmul_loop_f32       s        10 x (randn 1000 x 1000 + matmul(a, a)), then wait_all
+//   increment_10000       s        10,000 x `y = x + 1` on a (1, 2) tensor, one wait_all at the end
+//   increment_10000_sync  s        the same, `y.wait()` after each op
+//   numpy_conversion      s        matmul(a, a).to_vector() for a 1000 x 1000 `a` (asnumpy)
+//   scalar_conversion     s        matmul(a, a).sum().item() for the same `a`
+//   sgemm_<n>_gflops      GFLOP/s  2 n^3 / the time of one n x n matmul, issued and waited
+//                                  (n = 1000, 2000, 4000; higher is better)
+//
+// Each figure is the median of --repeat runs (default 5) after one warm-up run; --quick makes
+// it one run and skips n = 4000, for the CI smoke test. The runtime comes from the environment
+// (COTENSOR_NUM_THREADS, COTENSOR_MAX_IN_FLIGHT, COTENSOR_ENGINE=naive).
+// Usage: cotensor_bench_chapter [--repeat N] [--quick]
+
+#include "cotensor/cotensor.hpp"
+
+#include "../common.hpp"
+
+#include <cstdint>
+#include <cstdio>
+
+namespace {
+
+using cotensor_bench::clock_type;
+using cotensor_bench::median_seconds;
+using cotensor_bench::print;
+using cotensor_bench::seconds_since;
+
+constexpr int increments = 10'000;
+constexpr std::int64_t n = 1000;
+
+// "Asynchrony via Backend": the loop, synchronized at the end.
+double matmul_loop(int repeat) {
+  return median_seconds(repeat, [] {
+    const auto start = clock_type::now();
+    for (int i = 0; i < 10; ++i) {
+      const auto a = cotensor::randn({n, n});
+      const auto b = cotensor::matmul(a, a);
+    }
+    cotensor::wait_all();
+    return seconds_since(start);
+  });
+}
+
+// "Improving Computation": asynchronous, one wait at the end.
+double increment_async(int repeat, const cotensor::tensor& x) {
+  return median_seconds(repeat, [&] {
+    cotensor::tensor y;
+    const auto start = clock_type::now();
+    for (int i = 0; i < increments; ++i) {
+      y = x + 1.0F;
+    }
+    cotensor::wait_all();
+    return seconds_since(start);
+  });
+}
+
+// "Improving Computation": synchronous, a host round trip per op.
+double increment_sync(int repeat, const cotensor::tensor& x) {
+  return median_seconds(repeat, [&] {
+    const auto start = clock_type::now();
+    for (int i = 0; i < increments; ++i) {
+      const auto y = x + 1.0F;
+      y.wait();
+    }
+    return seconds_since(start);
+  });
+}
+
+// "Barriers and Blockers": the implicit blockers after a matmul.
+double numpy_conversion(int repeat, const cotensor::tensor& a) {
+  return median_seconds(repeat, [&] {
+    const auto start = clock_type::now();
+    static_cast<void>(cotensor::matmul(a, a).to_vector());  // freed inside the timer, as in NumPy
+    return seconds_since(start);
+  });
+}
+
+double scalar_conversion(int repeat, const cotensor::tensor& a) {
+  return median_seconds(repeat, [&] {
+    const auto start = clock_type::now();
+    static_cast<void>(cotensor::matmul(a, a).sum().item());
+    return seconds_since(start);
+  });
+}
+
+double sgemm_gflops(int repeat, std::int64_t size) {
+  const auto m = cotensor::randn({size, size});
+  m.wait();
+  const double s = median_seconds(repeat, [&] {
+    const auto start = clock_type::now();
+    cotensor::matmul(m, m).wait();
+    return seconds_since(start);
+  });
+  const auto flops =
+      2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size);
+  return flops / s / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto opts = cotensor_bench::parse_options("cotensor_bench_chapter", argc, argv);
+  std::printf("# cotensor %d.%d.%d, %u worker threads, median of %d after 1 warm-up\n",
+              COTENSOR_VERSION_MAJOR, COTENSOR_VERSION_MINOR, COTENSOR_VERSION_PATCH,
+              cotensor::runtime::current().worker_threads(), opts.repeat);
+
+  print("matmul_loop_f32", matmul_loop(opts.repeat));
+
+  const auto x = cotensor::ones({1, 2});
+  x.wait();
+  print("increment_10000", increment_async(opts.repeat, x));
+  print("increment_10000_sync", increment_sync(opts.repeat, x));
+
+  const auto a = cotensor::randn({n, n});
+  a.wait();
+  print("numpy_conversion", numpy_conversion(opts.repeat, a));
+  print("scalar_conversion", scalar_conversion(opts.repeat, a));
+
+  print("sgemm_1000_gflops", sgemm_gflops(opts.repeat, 1000));
+  print("sgemm_2000_gflops", sgemm_gflops(opts.repeat, 2000));
+  if (!opts.quick) {
+    print("sgemm_4000_gflops", sgemm_gflops(opts.repeat, 4000));
+  }
+  return 0;
+}

@@ -1,0 +1,163 @@
+// Improving computation (d2l.ai, "Asynchronous Computation"): 10,000 x `y = x + 1` on a (1, 2)
+// tensor, waiting after each op (`synchronous`) or once at the end (`asynchronous`). Then the
+// chapter's model of both: the frontend takes t1 to enqueue an op, the backend t2 to run it and
+// t3 to hand the result back, so
+//   synchronous  ~ 10000 (t1 + t2 + t3)
+//   asynchronous ~ t1 + 10000 t2 + t3   if 10000 t2 > 9999 t1 (the backend is the bottleneck),
+//                ~ 10000 t1 + t2 + t3   otherwise (the frontend is),
+// and asynchronous wins because it pays t3 (a wake-up of the waiting thread) once, not 10,000
+// times. Prints `<label>: <seconds> sec` for both, then t1, t2 and t3 (seconds per op):
+//   t1  measured: 10,000 ops issued behind a closed gate (an op that waits for the frontend to
+//       finish issuing), so the backend is idle while the frontend is timed
+//   t2  measured: the backend running those 10,000 ops once the gate opens, until the last ends
+//   t3  derived:  synchronous / 10,000 - t1 - t2
+// and which regime holds with the model's prediction beside the measurement.
+// Each figure is the median of --repeat runs (default 5) after a warm-up.
+// Usage: 04_improving_computation [--device cpu] [--repeat N]
+
+#include "cotensor/cotensor.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int ops = 10'000;
+
+double seconds(clock_type::time_point from, clock_type::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// Warm-up, then the median of `repeat` runs of `f`, which returns its own time.
+template <class F>
+double median_seconds(int repeat, F f) {
+  std::vector<double> runs;
+  for (int i = 0; i <= repeat; ++i) {
+    const double s = f();
+    cotensor::wait_all();
+    if (i > 0) {
+      runs.push_back(s);
+    }
+  }
+  std::ranges::sort(runs);
+  return runs[runs.size() / 2];
+}
+
+// Accepts `--device cpu` and `--repeat N`; for anything else prints why and returns 0.
+int parse(int argc, char** argv) {
+  int repeat = 5;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string_view arg = argv[i];
+    const std::string_view value = i + 1 < argc ? argv[i + 1] : "";
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), repeat);
+    if ((arg == "--device" && value == "cpu") ||
+        (arg == "--repeat" && ec == std::errc{} && end == value.data() + value.size() &&
+         repeat > 0)) {
+      continue;
+    }
+    if (arg == "--device" && i + 1 < argc) {
+      std::fprintf(stderr, "%s: device '%s' is not available: this build has only 'cpu'\n", argv[0],
+                   std::string(value).c_str());
+    } else {
+      std::fprintf(stderr, "usage: %s [--device cpu] [--repeat N]\n", argv[0]);
+    }
+    return 0;
+  }
+  return repeat;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repeat = parse(argc, argv);
+  if (repeat == 0) {
+    return 2;
+  }
+  const auto x = cotensor::ones({1, 2});
+  x.wait();
+
+  const double sync = median_seconds(repeat, [&] {
+    const auto start = clock_type::now();
+    for (int i = 0; i < ops; ++i) {
+      const auto y = x + 1.0F;
+      y.wait();  // a host round trip per op
+    }
+    return seconds(start, clock_type::now());
+  });
+  const double async = median_seconds(repeat, [&] {
+    const auto start = clock_type::now();
+    cotensor::tensor y;
+    for (int i = 0; i < ops; ++i) {
+      y = x + 1.0F;
+    }
+    cotensor::wait_all();  // one round trip at the end
+    return seconds(start, clock_type::now());
+  });
+  std::printf("synchronous: %.4f sec\nasynchronous: %.4f sec\n", sync, async);
+
+  // t1 and t2 from one experiment: the 10,000 ops are issued behind a gate, an op that holds a
+  // backend thread until the frontend has issued them all and notes when it lets go. Issuing
+  // (t1) is timed with the backend idle; running them (t2) from the gate's opening to the end.
+  // Everything must be queued at once: no in-flight bound, for this runtime only.
+  auto options = cotensor::runtime_options::from_environment();
+  options.max_in_flight = 0;
+  options.synchronous = false;  // even under COTENSOR_ENGINE=naive: the gate needs asynchrony
+  const cotensor::runtime unbounded(options);
+  std::vector<double> t1_runs;
+  std::vector<double> t2_runs;
+  for (int i = 0; i <= repeat; ++i) {
+    std::atomic<bool> all_issued{false};
+    std::atomic<clock_type::rep> opened{0};
+    const auto gate = cotensor::map(x, [&](float v) {
+      while (!all_issued.load()) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      opened.store(clock_type::now().time_since_epoch().count());
+      return v;
+    });
+    const auto start = clock_type::now();
+    cotensor::tensor y;
+    for (int j = 0; j < ops; ++j) {
+      y = gate + 1.0F;
+    }
+    const auto issued = clock_type::now();
+    all_issued.store(true);
+    cotensor::wait_all();
+    const auto end = clock_type::now();
+    if (i > 0) {  // the first run warms up
+      t1_runs.push_back(seconds(start, issued) / ops);
+      t2_runs.push_back(seconds(clock_type::time_point(clock_type::duration(opened.load())), end) /
+                        ops);
+    }
+  }
+  std::ranges::sort(t1_runs);
+  std::ranges::sort(t2_runs);
+  const double t1 = t1_runs[t1_runs.size() / 2];
+  const double t2 = t2_runs[t2_runs.size() / 2];
+  const double t3 = std::max(0.0, sync / ops - t1 - t2);
+  std::printf("t1 (enqueue, per op): %.3g sec\nt2 (execute, per op): %.3g sec\n"
+              "t3 (return, per op): %.3g sec\n",
+              t1, t2, t3);
+
+  const bool backend_bound = ops * t2 > (ops - 1) * t1;
+  std::printf("10000 t2 = %.4f sec %s 9999 t1 = %.4f sec: the %s is the bottleneck\n", ops * t2,
+              backend_bound ? ">" : "<=", (ops - 1) * t1, backend_bound ? "backend" : "frontend");
+  std::printf("model: asynchronous ~ %s = %.4f sec, measured %.4f sec\n",
+              backend_bound ? "t1 + 10000 t2 + t3" : "10000 t1 + t2 + t3",
+              backend_bound ? t1 + ops * t2 + t3 : ops * t1 + t2 + t3, async);
+  std::printf("(the model has frontend and backend overlap perfectly; here %u backend threads and\n"
+              " the frontend share %u hardware threads)\n",
+              cotensor::runtime::current().worker_threads(), std::thread::hardware_concurrency());
+  std::printf("synchronous / asynchronous = %.1f (asynchronous pays t3 once, not 10,000 times)\n",
+              sync / async);
+  return 0;
+}
