@@ -68,12 +68,15 @@ void issue_in_place(const char* op, cpu::binary_op kind, const tensor& a, float 
 tensor map_op(const tensor& x, unary_kernel kernel) {
   const auto& in = checked(x, "map");
   auto out = allocate("map", x.shape(), x.device());
-  issue("map", {in}, {out},
-        [kernel = std::move(kernel), pin = in->data(), pout = out->data(), n = x.numel()] {
-          cpu::parallel_chunks(n, 4096, [&](std::int64_t lo, std::int64_t hi) {
-            kernel(pin + lo, pout + lo, hi - lo);
-          });
+  auto op = make_op("map", {in}, {out});
+  op->runs_user_code = true;
+  op->kernel.emplace(
+      [kernel = std::move(kernel), pin = in->data(), pout = out->data(), n = x.numel()] {
+        cpu::parallel_chunks(n, 4096, [&](std::int64_t lo, std::int64_t hi) {
+          kernel(pin + lo, pout + lo, hi - lo);
         });
+      });
+  current_engine().push(std::move(op));
   return {std::move(out), x.shape()};
 }
 

@@ -43,6 +43,9 @@ runtime_options runtime_options::from_environment() {
   if (const char* threads = std::getenv("COTENSOR_NUM_THREADS")) {
     options.worker_threads = parse_number<unsigned>("COTENSOR_NUM_THREADS", threads);
   }
+  if (const char* small = std::getenv("COTENSOR_INLINE_SMALL_OPS")) {
+    options.inline_small_ops = parse_number<unsigned>("COTENSOR_INLINE_SMALL_OPS", small) != 0;
+  }
   if (const char* limit = std::getenv("COTENSOR_MAX_IN_FLIGHT")) {
     options.max_in_flight = parse_number<std::size_t>("COTENSOR_MAX_IN_FLIGHT", limit);
   }

@@ -30,7 +30,7 @@ const traced_op& find_op(const trace& t, std::string_view name) {
 TEST_SUITE("trace") {
   TEST_CASE("a trace of z = x * y + 2 has its ops, edges and times in order" *
             doctest::timeout(20)) {
-    runtime rt{runtime_options{}};
+    runtime rt({.inline_small_ops = false});  // every op on a worker
     start_trace();
     auto x = ones({2, 3});
     auto y = full({2, 3}, 3.0F);
@@ -101,6 +101,29 @@ TEST_SUITE("trace") {
     CHECK(names.count("async_wait") == 1);  // the coroutine's suspension
     CHECK(flows_started == 3);              // enqueue->run for randn and matmul, randn->matmul
     CHECK(flows_finished == flows_started);
+  }
+
+  TEST_CASE("a tiny op ready at its call runs on the issuing thread, a large one on a worker" *
+            doctest::timeout(20)) {
+    runtime rt{runtime_options{}};
+    REQUIRE(rt.options().inline_small_ops);
+    auto x = ones({4});
+    x.wait();
+    start_trace();
+    auto small = x + 1.0F;               // 32 bytes, input computed: inline
+    auto large = full({1 << 16}, 2.0F);  // 256 KiB: a worker
+    auto chained = large + 1.0F;         // waits for `large`: a worker
+    wait_all();
+    trace t = stop_trace();
+    REQUIRE(t.ops.size() == 3);
+    CHECK(t.thread_names.at(static_cast<std::size_t>(t.ops[0].backend_thread)) == "frontend 0");
+    CHECK(t.ops[0].ended <= t.ops[0].issued);  // done before its call returned
+    CHECK(
+        t.thread_names.at(static_cast<std::size_t>(t.ops[1].backend_thread)).starts_with("worker"));
+    CHECK(
+        t.thread_names.at(static_cast<std::size_t>(t.ops[2].backend_thread)).starts_with("worker"));
+    CHECK(small.to_vector() == std::vector<float>(4, 2.0F));
+    CHECK(chained.to_vector()[0] == 3.0F);
   }
 
   TEST_CASE("traces start and stop once, and save to a file" * doctest::timeout(20)) {

@@ -12,6 +12,10 @@
 //   t2  measured: the backend running those 10,000 ops once the gate opens, until the last ends
 //   t3  derived:  synchronous / 10,000 - t1 - t2
 // and which regime holds with the model's prediction beside the measurement.
+// cotensor runs an op this tiny at its call when its input is ready (runtime_options::
+// inline_small_ops): a worker round trip would cost more than the op. That makes both loops cost
+// the same; so the chapter's experiment runs with it off, every op taking the engine's path, and
+// the last line shows the two loops with it on.
 // Each figure is the median of --repeat runs (default 5) after a warm-up.
 // Usage: 04_improving_computation [--device cpu] [--repeat N]
 
@@ -25,6 +29,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using clock_type = std::chrono::steady_clock;
@@ -75,16 +80,8 @@ int parse(int argc, char** argv) {
   return repeat;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const int repeat = parse(argc, argv);
-  if (repeat == 0) {
-    return 2;
-  }
-  const auto x = cotensor::ones({1, 2});
-  x.wait();
-
+// The chapter's two loops: a wait after each op, or one wait at the end.
+std::pair<double, double> sync_and_async(int repeat, const cotensor::tensor& x) {
   const double sync = median_seconds(repeat, [&] {
     const auto start = clock_type::now();
     for (int i = 0; i < ops; ++i) {
@@ -102,14 +99,31 @@ int main(int argc, char** argv) {
     cotensor::wait_all();  // one round trip at the end
     return seconds(start, clock_type::now());
   });
+  return {sync, async};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repeat = parse(argc, argv);
+  if (repeat == 0) {
+    return 2;
+  }
+  auto engine_path = cotensor::runtime_options::from_environment();
+  engine_path.inline_small_ops = false;
+  const cotensor::runtime chapter(engine_path);
+  const auto x = cotensor::ones({1, 2});
+  x.wait();
+  const auto [sync, async] = sync_and_async(repeat, x);
   std::printf("synchronous: %.4f sec\nasynchronous: %.4f sec\n", sync, async);
 
   // t1 and t2 from one experiment: the 10,000 ops are issued behind a gate, an op that holds a
   // backend thread until the frontend has issued them all and notes when it lets go. Issuing
   // (t1) is timed with the backend idle; running them (t2) from the gate's opening to the end.
   // Everything must be queued at once: no in-flight bound, for this runtime only.
-  auto options = cotensor::runtime_options::from_environment();
+  auto options = engine_path;
   options.max_in_flight = 0;
+  options.inline_small_ops = false;
   options.synchronous = false;  // even under COTENSOR_ENGINE=naive: the gate needs asynchrony
   const cotensor::runtime unbounded(options);
   std::vector<double> t1_runs;
@@ -159,5 +173,12 @@ int main(int argc, char** argv) {
               cotensor::runtime::current().worker_threads(), std::thread::hardware_concurrency());
   std::printf("synchronous / asynchronous = %.1f (asynchronous pays t3 once, not 10,000 times)\n",
               sync / async);
+
+  auto inline_on = engine_path;
+  inline_on.inline_small_ops = true;
+  const cotensor::runtime tiny_inline(inline_on);
+  const auto [sync_inline, async_inline] = sync_and_async(repeat, x);
+  std::printf("with inline_small_ops: synchronous %.4f sec, asynchronous %.4f sec\n", sync_inline,
+              async_inline);
   return 0;
 }

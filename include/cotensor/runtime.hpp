@@ -25,9 +25,14 @@ struct runtime_options {
   /// Run every op at its call, on the calling thread, like MXNet's NaiveEngine: a kernel's
   /// exception is thrown by the op call itself, at the offending line.
   bool synchronous = false;
+  /// Run a tiny op (a few KiB of data, no user function) at its call when its inputs are
+  /// already computed: handing it to a worker and back would cost more than running it. Ops
+  /// that must wait, large ops and `map` always go to the backend.
+  bool inline_small_ops = true;
 
   /// The defaults, overridden by the environment: `COTENSOR_ENGINE=naive` (synchronous) or
-  /// `threaded`, `COTENSOR_NUM_THREADS=N`, `COTENSOR_MAX_IN_FLIGHT=N` (0: unbounded).
+  /// `threaded`, `COTENSOR_NUM_THREADS=N`, `COTENSOR_MAX_IN_FLIGHT=N` (0: unbounded),
+  /// `COTENSOR_INLINE_SMALL_OPS=0|1`.
   /// Throws std::invalid_argument for a malformed value.
   static runtime_options from_environment();
 };

@@ -223,7 +223,16 @@ void engine::push(std::unique_ptr<op_node> node) {
   }
   std::shared_ptr<recorder> trace = op->trace;  // `op` may be gone after dependency_met
   const std::uint64_t trace_id = op->trace_id;
-  op->dependency_met();
+  if (runs_inline(*op)) {
+    if (op->unmet.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (trace) [[unlikely]] {
+        trace->on_ready(trace_id);
+      }
+      run(op);  // ready at its call and tiny: cheaper here than a round trip to a worker
+    }
+  } else {
+    op->dependency_met();
+  }
   if (trace) [[unlikely]] {
     trace->on_issued(trace_id);
   }
@@ -232,6 +241,19 @@ void engine::push(std::unique_ptr<op_node> node) {
       std::rethrow_exception(error);
     }
   }
+}
+
+bool engine::runs_inline(const op_node& op) const noexcept {
+  constexpr std::int64_t small_bytes = 16 * 1024;
+  if (!options_.inline_small_ops || options_.synchronous || op.runs_user_code ||
+      on_worker_thread()) {
+    return false;
+  }
+  std::int64_t bytes = 0;
+  for (const auto& a : op.accesses) {
+    bytes += a.buffer->numel() * static_cast<std::int64_t>(sizeof(float));
+  }
+  return bytes <= small_bytes;
 }
 
 void engine::dispatch(op_node* op) {

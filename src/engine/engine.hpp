@@ -98,6 +98,7 @@ struct op_node {
   std::shared_ptr<tracker> scope;  // null when issued outside a scope
   std::uint64_t scope_generation = 0;
   waiter* on_done = nullptr;        // synchronous mode: completed with the op's own error
+  bool runs_user_code = false;      // `map`: never run inline on the issuing thread
   std::shared_ptr<recorder> trace;  // the trace recording when it was issued, or null
   std::uint64_t trace_id = 0;
 
@@ -151,6 +152,8 @@ public:
 private:
   friend struct op_node;
   void dispatch(op_node* op);
+  // True for an op small enough to run on the issuing thread if it is ready at its call.
+  bool runs_inline(const op_node& op) const noexcept;
   // Runs the kernel (or skips it after an input's error), then retires the op.
   // Returns the op's own exception (null if it succeeded or inherited one); completes
   // `op->on_done` with it.
