@@ -1,5 +1,7 @@
 #include "engine/engine.hpp"
 
+#include "cotensor/config.hpp"
+
 #include "cotensor/error.hpp"
 #include "cotensor/tensor.hpp"
 
@@ -19,6 +21,10 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
+
+#if COTENSOR_WITH_NVTX
+#include <nvtx3/nvToolsExt.h>
 #endif
 
 namespace cotensor::detail {
@@ -161,6 +167,9 @@ engine::engine(const runtime_options& options)
   raise_parallelism(workers_);
   arena_.initialize(static_cast<int>(workers_), 0);  // no slot kept for a joining caller
   observer_ = std::make_unique<backend_observer>(arena_, this);
+  // Nsight Systems (or another NVTX tool) announces itself through this variable; without one,
+  // each op pays a single branch.
+  nvtx_ = COTENSOR_WITH_NVTX != 0 && std::getenv("NVTX_INJECTION64_PATH") != nullptr;
   if (const char* path = std::getenv("COTENSOR_TRACE"); path != nullptr && *path != '\0') {
     trace_path_ = path;
     start_trace();
@@ -275,6 +284,11 @@ std::exception_ptr engine::run(op_node* op) noexcept {
   if (op->trace) [[unlikely]] {
     op->trace->on_start(op->trace_id);
   }
+#if COTENSOR_WITH_NVTX
+  if (nvtx_) [[unlikely]] {
+    nvtxRangePushA(op->name);
+  }
+#endif
   std::exception_ptr own;
   if (!inherited) {
     try {
@@ -283,6 +297,11 @@ std::exception_ptr engine::run(op_node* op) noexcept {
       own = std::current_exception();
     }
   }
+#if COTENSOR_WITH_NVTX
+  if (nvtx_) [[unlikely]] {
+    nvtxRangePop();
+  }
+#endif
   if (op->trace) [[unlikely]] {
     op->trace->on_end(op->trace_id, inherited || own);
   }

@@ -183,7 +183,9 @@ private:
   std::atomic<recorder*> tracing_{nullptr};
   std::mutex trace_mutex_;
   std::shared_ptr<recorder> recorder_;
-  std::string trace_path_;  // COTENSOR_TRACE: saved when the engine stops
+  std::string trace_path_;
+  bool nvtx_ = false;  // emit NVTX ranges: a profiler is attached  // COTENSOR_TRACE: saved when
+                       // the engine stops
 
   std::once_flag fallback_once_;
   std::unique_ptr<asio::thread_pool> fallback_;
