@@ -14,7 +14,10 @@
 // With COTENSOR_ENGINE=naive every op runs at its call, and "enqueue only" costs as much as the
 // work itself: the asynchrony the chapter describes is the engine's, not the hardware's.
 //
-// Usage: 01_backend_asynchrony [--device cpu] [--repeat N]
+// With --trace PATH it then records one more synchronized run into PATH (Chrome trace JSON for
+// Perfetto; bench/trace/timeline.py draws it): the frontend's enqueues end long before the work.
+//
+// Usage: 01_backend_asynchrony [--device cpu] [--repeat N] [--trace PATH]
 
 #include "cotensor/cotensor.hpp"
 
@@ -58,7 +61,7 @@ double median_seconds(int repeat, F f) {
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr,
                "01_backend_asynchrony: %s\n"
-               "usage: 01_backend_asynchrony [--device cpu] [--repeat N]\n",
+               "usage: 01_backend_asynchrony [--device cpu] [--repeat N] [--trace PATH]\n",
                message.c_str());
   std::exit(2);
 }
@@ -66,6 +69,7 @@ double median_seconds(int repeat, F f) {
 struct options {
   cotensor::device device = cotensor::device::cpu();
   int repeat = 1;
+  std::string trace;
 };
 
 options parse(int argc, char** argv) {
@@ -73,10 +77,10 @@ options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: 01_backend_asynchrony [--device cpu] [--repeat N]\n");
+      std::printf("usage: 01_backend_asynchrony [--device cpu] [--repeat N] [--trace PATH]\n");
       std::exit(0);
     }
-    if (arg != "--device" && arg != "--repeat") {
+    if (arg != "--device" && arg != "--repeat" && arg != "--trace") {
       usage_error("unknown argument '" + std::string(arg) + "'");
     }
     if (i + 1 == argc) {
@@ -89,6 +93,8 @@ options parse(int argc, char** argv) {
                     "' is not available: this build has only 'cpu'");
       }
       opts.device = cotensor::device::cpu();
+    } else if (arg == "--trace") {
+      opts.trace = value;
     } else {
       auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), opts.repeat);
       if (ec != std::errc{} || end != value.data() + value.size() || opts.repeat < 1) {
@@ -127,7 +133,7 @@ int main(int argc, char** argv) {
     return seconds_since(start);
   });
 
-  const double synchronized = median_seconds(opts.repeat, [&] {
+  auto synchronized_run = [&] {
     const auto start = clock_type::now();
     for (int i = 0; i < steps; ++i) {
       auto a = cotensor::randn(square, opts.device);
@@ -135,10 +141,19 @@ int main(int argc, char** argv) {
     }
     cotensor::wait_all();
     return seconds_since(start);
-  });
+  };
+  const double synchronized = median_seconds(opts.repeat, synchronized_run);
 
   std::printf("baseline: %.4f sec\n", baseline);
   std::printf("enqueue only: %.4f sec\n", enqueue_only);
   std::printf("synchronized: %.4f sec\n", synchronized);
+
+  if (!opts.trace.empty()) {
+    cotensor::start_trace();
+    synchronized_run();
+    const cotensor::trace t = cotensor::stop_trace();
+    t.save(opts.trace);
+    std::printf("trace: %s (%zu ops)\n", opts.trace.c_str(), t.ops.size());
+  }
   return 0;
 }

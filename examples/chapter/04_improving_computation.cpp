@@ -17,7 +17,9 @@
 // the same; so the chapter's experiment runs with it off, every op taking the engine's path, and
 // the last line shows the two loops with it on.
 // Each figure is the median of --repeat runs (default 5) after a warm-up.
-// Usage: 04_improving_computation [--device cpu] [--repeat N]
+// With --trace PATH it records one more asynchronous loop (engine path) into PATH, for
+// bench/trace/timeline.py or Perfetto.
+// Usage: 04_improving_computation [--device cpu] [--repeat N] [--trace PATH]
 
 #include "cotensor/cotensor.hpp"
 
@@ -57,13 +59,18 @@ double median_seconds(int repeat, F f) {
   return runs[runs.size() / 2];
 }
 
-// Accepts `--device cpu` and `--repeat N`; for anything else prints why and returns 0.
-int parse(int argc, char** argv) {
+// Accepts `--device cpu`, `--repeat N` and `--trace PATH`; for anything else prints why and
+// returns 0.
+int parse(int argc, char** argv, std::string& trace) {
   int repeat = 5;
   for (int i = 1; i < argc; i += 2) {
     const std::string_view arg = argv[i];
     const std::string_view value = i + 1 < argc ? argv[i + 1] : "";
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), repeat);
+    if (arg == "--trace" && i + 1 < argc) {
+      trace = value;
+      continue;
+    }
     if ((arg == "--device" && value == "cpu") ||
         (arg == "--repeat" && ec == std::errc{} && end == value.data() + value.size() &&
          repeat > 0)) {
@@ -73,7 +80,7 @@ int parse(int argc, char** argv) {
       std::fprintf(stderr, "%s: device '%s' is not available: this build has only 'cpu'\n", argv[0],
                    std::string(value).c_str());
     } else {
-      std::fprintf(stderr, "usage: %s [--device cpu] [--repeat N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--device cpu] [--repeat N] [--trace PATH]\n", argv[0]);
     }
     return 0;
   }
@@ -105,7 +112,8 @@ std::pair<double, double> sync_and_async(int repeat, const cotensor::tensor& x) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int repeat = parse(argc, argv);
+  std::string trace_path;
+  const int repeat = parse(argc, argv, trace_path);
   if (repeat == 0) {
     return 2;
   }
@@ -173,6 +181,19 @@ int main(int argc, char** argv) {
               cotensor::runtime::current().worker_threads(), std::thread::hardware_concurrency());
   std::printf("synchronous / asynchronous = %.1f (asynchronous pays t3 once, not 10,000 times)\n",
               sync / async);
+
+  if (!trace_path.empty()) {
+    const cotensor::runtime traced(engine_path);
+    cotensor::start_trace();
+    cotensor::tensor y;
+    for (int i = 0; i < ops; ++i) {
+      y = x + 1.0F;
+    }
+    cotensor::wait_all();
+    const cotensor::trace t = cotensor::stop_trace();
+    t.save(trace_path);
+    std::printf("trace: %s (%zu ops)\n", trace_path.c_str(), t.ops.size());
+  }
 
   auto inline_on = engine_path;
   inline_on.inline_small_ops = true;
