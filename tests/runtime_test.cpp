@@ -12,6 +12,7 @@
 #include <future>
 #include <stdexcept>
 #include <string>
+#include <sys/resource.h>
 #include <thread>
 
 using namespace cotensor;
@@ -39,6 +40,14 @@ bool reset_peak_rss() {
   out << "5";
   out.flush();
   return static_cast<bool>(out);
+}
+
+// User plus system CPU time of this process so far.
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
 struct env_var {
@@ -194,6 +203,17 @@ TEST_SUITE("runtime") {
     CHECK(ran);
     opener.join();
     CHECK(&runtime::current() == &before);
+  }
+
+  TEST_CASE("an idle runtime leaves the CPU alone" * doctest::timeout(30)) {
+    runtime rt{runtime_options{}};
+    matmul(randn({256, 256}), randn({256, 256})).wait();  // the workers have run
+    std::this_thread::sleep_for(1s);  // oneTBB workers spin briefly before they sleep
+    const double before = cpu_seconds();
+    std::this_thread::sleep_for(2s);
+    const double used = cpu_seconds() - before;
+    MESSAGE("CPU time used by the idle process over 2 s: " << used << " s");
+    CHECK(used < 0.2);  // a spinning worker would use ~2 s
   }
 
   TEST_CASE("stats count issued and completed ops" * doctest::timeout(20)) {
