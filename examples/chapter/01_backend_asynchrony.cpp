@@ -21,15 +21,11 @@
 
 #include "cotensor/cotensor.hpp"
 
-#include <algorithm>
-#include <charconv>
+#include "chapter.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <string>
-#include <string_view>
-#include <vector>
 
 namespace {
 
@@ -42,77 +38,16 @@ double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
-// Runs `f` once to warm up (thread start, page faults), then `repeat` times, and returns the
-// median of the times `f` reports. Nothing is left running between runs.
-template <class F>
-double median_seconds(int repeat, F f) {
-  f();
-  cotensor::wait_all();
-  std::vector<double> runs;
-  for (int i = 0; i < repeat; ++i) {
-    runs.push_back(f());
-    cotensor::wait_all();
-  }
-  std::ranges::sort(runs);
-  const auto mid = runs.size() / 2;
-  return runs.size() % 2 == 1 ? runs[mid] : (runs[mid - 1] + runs[mid]) / 2;
-}
-
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr,
-               "01_backend_asynchrony: %s\n"
-               "usage: 01_backend_asynchrony [--device cpu] [--repeat N] [--trace PATH]\n",
-               message.c_str());
-  std::exit(2);
-}
-
-struct options {
-  cotensor::device device = cotensor::device::cpu();
-  int repeat = 1;
-  std::string trace;
-};
-
-options parse(int argc, char** argv) {
-  options opts;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::printf("usage: 01_backend_asynchrony [--device cpu] [--repeat N] [--trace PATH]\n");
-      std::exit(0);
-    }
-    if (arg != "--device" && arg != "--repeat" && arg != "--trace") {
-      usage_error("unknown argument '" + std::string(arg) + "'");
-    }
-    if (i + 1 == argc) {
-      usage_error(std::string(arg) + " needs a value");
-    }
-    const std::string_view value = argv[++i];
-    if (arg == "--device") {
-      if (value != "cpu") {
-        usage_error("device '" + std::string(value) +
-                    "' is not available: this build has only 'cpu'");
-      }
-      opts.device = cotensor::device::cpu();
-    } else if (arg == "--trace") {
-      opts.trace = value;
-    } else {
-      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), opts.repeat);
-      if (ec != std::errc{} || end != value.data() + value.size() || opts.repeat < 1) {
-        usage_error("--repeat needs a positive integer, got '" + std::string(value) + "'");
-      }
-    }
-  }
-  return opts;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const options opts = parse(argc, argv);
+  const chapter::options opts =
+      chapter::parse(argc, argv, "01_backend_asynchrony [--device cpu] [--repeat N] [--trace PATH]",
+                     /*default_repeat=*/1, /*accepts_trace=*/true);
   const cotensor::shape square{n, n};
 
   // Synchronous style: the frontend waits for each step before issuing the next.
-  const double baseline = median_seconds(opts.repeat, [&] {
+  const double baseline = chapter::median_seconds(opts.repeat, [&] {
     const auto start = clock_type::now();
     for (int i = 0; i < steps; ++i) {
       auto a = cotensor::randn(square, opts.device);
@@ -123,8 +58,8 @@ int main(int argc, char** argv) {
     return seconds_since(start);
   });
 
-  // Only the enqueueing is timed; median_seconds waits for the work outside the timer.
-  const double enqueue_only = median_seconds(opts.repeat, [&] {
+  // Only the enqueueing is timed; chapter::median_seconds waits for the work outside the timer.
+  const double enqueue_only = chapter::median_seconds(opts.repeat, [&] {
     const auto start = clock_type::now();
     for (int i = 0; i < steps; ++i) {
       auto a = cotensor::randn(square, opts.device);
@@ -142,7 +77,7 @@ int main(int argc, char** argv) {
     cotensor::wait_all();
     return seconds_since(start);
   };
-  const double synchronized = median_seconds(opts.repeat, synchronized_run);
+  const double synchronized = chapter::median_seconds(opts.repeat, synchronized_run);
 
   std::printf("baseline: %.4f sec\n", baseline);
   std::printf("enqueue only: %.4f sec\n", enqueue_only);

@@ -14,27 +14,16 @@
 
 #include "cotensor/cotensor.hpp"
 
+#include "chapter.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
-#include <string_view>
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; i += 2) {
-    const std::string_view arg = argv[i];
-    const std::string_view value = i + 1 < argc ? argv[i + 1] : "";
-    if (arg == "--device" && value == "cpu") {
-      continue;
-    }
-    if (arg == "--device" && i + 1 < argc) {
-      std::fprintf(stderr, "%s: device '%s' is not available: this build has only 'cpu'\n", argv[0],
-                   std::string(value).c_str());
-    } else {
-      std::fprintf(stderr, "usage: %s [--device cpu]\n", argv[0]);
-    }
-    return 2;
-  }
+  chapter::parse(argc, argv, "02_dependency_graph [--device cpu]", /*default_repeat=*/0,
+                 /*accepts_trace=*/false);
   cotensor::ones({1, 2}).wait();  // start the runtime before recording
 
   using clock_type = std::chrono::steady_clock;

@@ -17,16 +17,14 @@
 
 #include "cotensor/cotensor.hpp"
 
+#include "chapter.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 
-#include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -39,13 +37,8 @@ double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
-double median(std::vector<double> runs) {
-  std::ranges::sort(runs);
-  return runs[runs.size() / 2];
-}
-
 // Warm-up, then `repeat` runs of `f`: the median time of `f`, and of the wait_all() after it
-// that drains whatever `f` left running.
+// that drains whatever `f` left running. Unlike chapter::median_seconds, it times `f` itself.
 template <class F>
 std::pair<double, double> median_seconds(int repeat, F f) {
   std::vector<double> runs;
@@ -60,7 +53,7 @@ std::pair<double, double> median_seconds(int repeat, F f) {
       drains.push_back(seconds_since(end));
     }
   }
-  return {median(std::move(runs)), median(std::move(drains))};
+  return {chapter::median(std::move(runs)), chapter::median(std::move(drains))};
 }
 
 // The same inside a coroutine, for a coroutine `f`; it drains with co_await when_all().
@@ -75,52 +68,28 @@ asio::awaitable<double> co_median_seconds(int repeat, F f) {
     }
     co_await cotensor::when_all();
   }
-  co_return median(runs);
+  co_return chapter::median(std::move(runs));
 }
 
 void report(const char* label, double seconds) { std::printf("%s: %.4f sec\n", label, seconds); }
 
-// Accepts `--device cpu` and `--repeat N`; for anything else prints why and returns 0.
-int parse(int argc, char** argv) {
-  int repeat = 3;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string_view arg = argv[i];
-    const std::string_view value = i + 1 < argc ? argv[i + 1] : "";
-    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), repeat);
-    if ((arg == "--device" && value == "cpu") ||
-        (arg == "--repeat" && ec == std::errc{} && end == value.data() + value.size() &&
-         repeat > 0)) {
-      continue;
-    }
-    if (arg == "--device" && i + 1 < argc) {
-      std::fprintf(stderr, "%s: device '%s' is not available: this build has only 'cpu'\n", argv[0],
-                   std::string(value).c_str());
-    } else {
-      std::fprintf(stderr, "usage: %s [--device cpu] [--repeat N]\n", argv[0]);
-    }
-    return 0;
-  }
-  return repeat;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int repeat = parse(argc, argv);
-  if (repeat == 0) {
-    return 2;
-  }
+  const chapter::options opts =
+      chapter::parse(argc, argv, "03_barriers_and_blockers [--device cpu] [--repeat N]",
+                     /*default_repeat=*/3, /*accepts_trace=*/false);
   const auto a = cotensor::randn({1000, 1000});
   const auto big = cotensor::randn({2000, 2000});
   cotensor::wait_all();
   auto background = [&] { return cotensor::matmul(big, big); };  // 16 GFLOP, unrelated to b
 
-  report("waitall", median_seconds(repeat, [&] {
+  report("waitall", median_seconds(opts.repeat, [&] {
                       const auto b = cotensor::matmul(a, a);
                       const auto c = background();
                       cotensor::wait_all();
                     }).first);
-  const auto [to_read, ran_on] = median_seconds(repeat, [&] {
+  const auto [to_read, ran_on] = median_seconds(opts.repeat, [&] {
     const auto b = cotensor::matmul(a, a);
     const auto c = background();
     b.wait();
@@ -128,10 +97,10 @@ int main(int argc, char** argv) {
   report("wait_to_read", to_read);
   std::printf("  (the background matmul ran on for %.4f sec after b.wait() returned)\n", ran_on);
 
-  report("numpy conversion", median_seconds(repeat, [&] {
+  report("numpy conversion", median_seconds(opts.repeat, [&] {
                                static_cast<void>(cotensor::matmul(a, a).to_vector());
                              }).first);
-  report("scalar conversion", median_seconds(repeat, [&] {
+  report("scalar conversion", median_seconds(opts.repeat, [&] {
                                 static_cast<void>(cotensor::matmul(a, a).sum().item());
                               }).first);
   const auto start = clock_type::now();
@@ -143,13 +112,14 @@ int main(int argc, char** argv) {
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        report("co_await ready", co_await co_median_seconds(repeat, [&]() -> asio::awaitable<void> {
+        report("co_await ready",
+               co_await co_median_seconds(opts.repeat, [&]() -> asio::awaitable<void> {
                  const auto b = cotensor::matmul(a, a);
                  const auto c = background();
                  co_await b.ready();  // like wait_to_read: the background is still running
                }));
         report("co_await when_all",
-               co_await co_median_seconds(repeat, [&]() -> asio::awaitable<void> {
+               co_await co_median_seconds(opts.repeat, [&]() -> asio::awaitable<void> {
                  const auto b = cotensor::matmul(a, a);
                  const auto c = background();
                  co_await cotensor::when_all();  // like waitall

@@ -23,13 +23,12 @@
 
 #include "cotensor/cotensor.hpp"
 
+#include "chapter.hpp"
+
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
-#include <string>
-#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -44,52 +43,9 @@ double seconds(clock_type::time_point from, clock_type::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
-// Warm-up, then the median of `repeat` runs of `f`, which returns its own time.
-template <class F>
-double median_seconds(int repeat, F f) {
-  std::vector<double> runs;
-  for (int i = 0; i <= repeat; ++i) {
-    const double s = f();
-    cotensor::wait_all();
-    if (i > 0) {
-      runs.push_back(s);
-    }
-  }
-  std::ranges::sort(runs);
-  return runs[runs.size() / 2];
-}
-
-// Accepts `--device cpu`, `--repeat N` and `--trace PATH`; for anything else prints why and
-// returns 0.
-int parse(int argc, char** argv, std::string& trace) {
-  int repeat = 5;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string_view arg = argv[i];
-    const std::string_view value = i + 1 < argc ? argv[i + 1] : "";
-    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), repeat);
-    if (arg == "--trace" && i + 1 < argc) {
-      trace = value;
-      continue;
-    }
-    if ((arg == "--device" && value == "cpu") ||
-        (arg == "--repeat" && ec == std::errc{} && end == value.data() + value.size() &&
-         repeat > 0)) {
-      continue;
-    }
-    if (arg == "--device" && i + 1 < argc) {
-      std::fprintf(stderr, "%s: device '%s' is not available: this build has only 'cpu'\n", argv[0],
-                   std::string(value).c_str());
-    } else {
-      std::fprintf(stderr, "usage: %s [--device cpu] [--repeat N] [--trace PATH]\n", argv[0]);
-    }
-    return 0;
-  }
-  return repeat;
-}
-
 // The chapter's two loops: a wait after each op, or one wait at the end.
 std::pair<double, double> sync_and_async(int repeat, const cotensor::tensor& x) {
-  const double sync = median_seconds(repeat, [&] {
+  const double sync = chapter::median_seconds(repeat, [&] {
     const auto start = clock_type::now();
     for (int i = 0; i < ops; ++i) {
       const auto y = x + 1.0F;
@@ -97,7 +53,7 @@ std::pair<double, double> sync_and_async(int repeat, const cotensor::tensor& x) 
     }
     return seconds(start, clock_type::now());
   });
-  const double async = median_seconds(repeat, [&] {
+  const double async = chapter::median_seconds(repeat, [&] {
     const auto start = clock_type::now();
     cotensor::tensor y;
     for (int i = 0; i < ops; ++i) {
@@ -112,17 +68,15 @@ std::pair<double, double> sync_and_async(int repeat, const cotensor::tensor& x) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string trace_path;
-  const int repeat = parse(argc, argv, trace_path);
-  if (repeat == 0) {
-    return 2;
-  }
+  const chapter::options opts = chapter::parse(
+      argc, argv, "04_improving_computation [--device cpu] [--repeat N] [--trace PATH]",
+      /*default_repeat=*/5, /*accepts_trace=*/true);
   auto engine_path = cotensor::runtime_options::from_environment();
   engine_path.inline_small_ops = false;
-  const cotensor::runtime chapter(engine_path);
+  const cotensor::runtime chapter_runtime(engine_path);
   const auto x = cotensor::ones({1, 2});
   x.wait();
-  const auto [sync, async] = sync_and_async(repeat, x);
+  const auto [sync, async] = sync_and_async(opts.repeat, x);
   std::printf("synchronous: %.4f sec\nasynchronous: %.4f sec\n", sync, async);
 
   // t1 and t2 from one experiment: the 10,000 ops are issued behind a gate, an op that holds a
@@ -136,7 +90,7 @@ int main(int argc, char** argv) {
   const cotensor::runtime unbounded(options);
   std::vector<double> t1_runs;
   std::vector<double> t2_runs;
-  for (int i = 0; i <= repeat; ++i) {
+  for (int i = 0; i <= opts.repeat; ++i) {
     std::atomic<bool> all_issued{false};
     std::atomic<clock_type::rep> opened{0};
     const auto gate = cotensor::map(x, [&](float v) {
@@ -161,10 +115,8 @@ int main(int argc, char** argv) {
                         ops);
     }
   }
-  std::ranges::sort(t1_runs);
-  std::ranges::sort(t2_runs);
-  const double t1 = t1_runs[t1_runs.size() / 2];
-  const double t2 = t2_runs[t2_runs.size() / 2];
+  const double t1 = chapter::median(std::move(t1_runs));
+  const double t2 = chapter::median(std::move(t2_runs));
   const double t3 = std::max(0.0, sync / ops - t1 - t2);
   std::printf("t1 (enqueue, per op): %.3g sec\nt2 (execute, per op): %.3g sec\n"
               "t3 (return, per op): %.3g sec\n",
@@ -182,7 +134,7 @@ int main(int argc, char** argv) {
   std::printf("synchronous / asynchronous = %.1f (asynchronous pays t3 once, not 10,000 times)\n",
               sync / async);
 
-  if (!trace_path.empty()) {
+  if (!opts.trace.empty()) {
     const cotensor::runtime traced(engine_path);
     cotensor::start_trace();
     cotensor::tensor y;
@@ -191,14 +143,14 @@ int main(int argc, char** argv) {
     }
     cotensor::wait_all();
     const cotensor::trace t = cotensor::stop_trace();
-    t.save(trace_path);
-    std::printf("trace: %s (%zu ops)\n", trace_path.c_str(), t.ops.size());
+    t.save(opts.trace);
+    std::printf("trace: %s (%zu ops)\n", opts.trace.c_str(), t.ops.size());
   }
 
   auto inline_on = engine_path;
   inline_on.inline_small_ops = true;
   const cotensor::runtime tiny_inline(inline_on);
-  const auto [sync_inline, async_inline] = sync_and_async(repeat, x);
+  const auto [sync_inline, async_inline] = sync_and_async(opts.repeat, x);
   std::printf("with inline_small_ops: synchronous %.4f sec, asynchronous %.4f sec\n", sync_inline,
               async_inline);
   return 0;

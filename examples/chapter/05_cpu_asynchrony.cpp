@@ -17,14 +17,12 @@
 
 #include "cotensor/cotensor.hpp"
 
-#include <algorithm>
+#include "chapter.hpp"
+
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <exception>
-#include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -34,12 +32,6 @@ namespace {
 
 double seconds(clock_type::time_point from, clock_type::time_point to) {
   return std::chrono::duration<double>(to - from).count();
-}
-
-template <class T>
-T median(std::vector<T> runs) {
-  std::ranges::sort(runs);
-  return runs[runs.size() / 2];
 }
 
 // Issues the matmul, then does 1 ms steps of other work until its value is ready; prints the
@@ -73,47 +65,25 @@ void measure(const char* name, const cotensor::runtime_options& options, int rep
       steps.push_back(n);
     }
   }
-  std::printf("%s issue: %.6f sec\n%s ready: %.4f sec\n", name, median(issue), name, median(ready));
-  std::printf("  meanwhile the frontend did %d steps of 1 ms of other work\n", median(steps));
-}
-
-// Accepts `--device cpu` and `--repeat N`; for anything else prints why and returns 0.
-int parse(int argc, char** argv) {
-  int repeat = 3;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string_view arg = argv[i];
-    const std::string_view value = i + 1 < argc ? argv[i + 1] : "";
-    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), repeat);
-    if ((arg == "--device" && value == "cpu") ||
-        (arg == "--repeat" && ec == std::errc{} && end == value.data() + value.size() &&
-         repeat > 0)) {
-      continue;
-    }
-    if (arg == "--device" && i + 1 < argc) {
-      std::fprintf(stderr, "%s: device '%s' is not available: this build has only 'cpu'\n", argv[0],
-                   std::string(value).c_str());
-    } else {
-      std::fprintf(stderr, "usage: %s [--device cpu] [--repeat N]\n", argv[0]);
-    }
-    return 0;
-  }
-  return repeat;
+  std::printf("%s issue: %.6f sec\n%s ready: %.4f sec\n", name, chapter::median(issue), name,
+              chapter::median(ready));
+  std::printf("  meanwhile the frontend did %d steps of 1 ms of other work\n",
+              chapter::median(steps));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int repeat = parse(argc, argv);
-  if (repeat == 0) {
-    return 2;
-  }
+  const chapter::options opts =
+      chapter::parse(argc, argv, "05_cpu_asynchrony [--device cpu] [--repeat N]",
+                     /*default_repeat=*/3, /*accepts_trace=*/false);
   auto threaded = cotensor::runtime_options::from_environment();
   threaded.synchronous = false;  // whatever COTENSOR_ENGINE says
-  measure("threaded", threaded, repeat);
+  measure("threaded", threaded, opts.repeat);
 
   auto naive = threaded;
   naive.synchronous = true;  // as COTENSOR_ENGINE=naive
-  measure("naive", naive, repeat);
+  measure("naive", naive, opts.repeat);
 
   std::printf("on the CPU the threaded engine is asynchronous: issuing returns at once and the\n"
               "frontend overlaps its own work with the backend's; the naive engine is not\n");

@@ -17,6 +17,8 @@
 
 #include "cotensor/cotensor.hpp"
 
+#include "chapter.hpp"
+
 #include <oneapi/tbb/scalable_allocator.h>
 
 #include <chrono>
@@ -115,20 +117,8 @@ void run(const char* label, const dataset& data, bool sync, std::size_t max_in_f
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; i += 2) {
-    const std::string_view arg = argv[i];
-    const std::string_view value = i + 1 < argc ? argv[i + 1] : "";
-    if (arg == "--device" && value == "cpu") {
-      continue;
-    }
-    if (arg == "--device" && i + 1 < argc) {
-      std::fprintf(stderr, "%s: device '%s' is not available: this build has only 'cpu'\n", argv[0],
-                   std::string(value).c_str());
-    } else {
-      std::fprintf(stderr, "usage: %s [--device cpu]\n", argv[0]);
-    }
-    return 2;
-  }
+  chapter::parse(argc, argv, "06_memory_footprint [--device cpu]", /*default_repeat=*/0,
+                 /*accepts_trace=*/false);
   const dataset data = make_dataset();
   cotensor::wait_all();
   std::printf("%lld minibatches of %lld x %lld, host data %.1f MiB\n",

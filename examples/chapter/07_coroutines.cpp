@@ -14,6 +14,8 @@
 
 #include "cotensor/cotensor.hpp"
 
+#include "chapter.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -25,8 +27,6 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
-#include <string>
-#include <string_view>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -96,20 +96,8 @@ asio::awaitable<void> worker(const std::vector<clock_type::time_point>& ticks, b
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; i += 2) {
-    const std::string_view arg = argv[i];
-    const std::string_view value = i + 1 < argc ? argv[i + 1] : "";
-    if (arg == "--device" && value == "cpu") {
-      continue;
-    }
-    if (arg == "--device" && i + 1 < argc) {
-      std::fprintf(stderr, "%s: device '%s' is not available: this build has only 'cpu'\n", argv[0],
-                   std::string(value).c_str());
-    } else {
-      std::fprintf(stderr, "usage: %s [--device cpu]\n", argv[0]);
-    }
-    return 2;
-  }
+  chapter::parse(argc, argv, "07_coroutines [--device cpu]", /*default_repeat=*/0,
+                 /*accepts_trace=*/false);
   // Warm up: start the backend's threads and fault in the allocator's memory.
   cotensor::matmul(cotensor::randn({1000, 1000}), cotensor::randn({1000, 1000})).wait();
 
