@@ -204,15 +204,24 @@ void matmul(
     fill(c, m * n, 0.0F);
     return;
   }
-  // Tiles of whole rows (and column panels for wide outputs), a few per worker, each one
-  // single-threaded SGEMM call: oneTBB balances them, OpenBLAS keeps its own threads off.
+  // A few tiles per worker, each one single-threaded SGEMM call: oneTBB balances them,
+  // OpenBLAS keeps its own threads off. Every call packs its panel of B again, so tiles are
+  // whole rows when there are many rows, and whole-height column panels when there are few
+  // (a batch of requests: [64, 512] x [512, 4096]).
   const std::int64_t workers = std::max(1, tbb::this_task_arena::max_concurrency());
+  const std::int64_t tiles_wanted = 4 * workers;
   const bool small = m * n * k <= 64 * 64 * 64;
-  const std::int64_t col_tile = small || n <= 2048 ? n : 1024;
+  const bool by_rows = m >= 64 * tiles_wanted / 4;
+  std::int64_t col_tile = n;
+  std::int64_t row_tile = m;
+  if (!small && by_rows) {
+    row_tile = std::max<std::int64_t>(8, (m + tiles_wanted - 1) / tiles_wanted);
+    row_tile = (row_tile + 7) / 8 * 8;
+  } else if (!small) {
+    col_tile = std::max<std::int64_t>(64, (n + tiles_wanted - 1) / tiles_wanted);
+    col_tile = (col_tile + 63) / 64 * 64;
+  }
   const std::int64_t col_tiles = (n + col_tile - 1) / col_tile;
-  std::int64_t row_tile =
-      small ? m : std::max<std::int64_t>(8, (m + 4 * workers - 1) / (4 * workers));
-  row_tile = (row_tile + 7) / 8 * 8;
   const std::int64_t row_tiles = (m + row_tile - 1) / row_tile;
   auto tile = [&](std::int64_t t) {
     const std::int64_t i = (t / col_tiles) * row_tile;
