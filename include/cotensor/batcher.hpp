@@ -1,0 +1,253 @@
+#pragma once
+
+#include "cotensor/asio.hpp"
+#include "cotensor/tensor.hpp"
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace cotensor {
+
+/// Why a `batcher` refused a submission, as `std::error_code`s in `batcher_category()`.
+enum class batcher_errc {
+  /// The queue already holds `max_queue_rows` rows: try again later.
+  queue_full = 1,
+  /// `batcher::shutdown` was called (or the batcher was destroyed): it takes no more work.
+  closed,
+};
+
+/// The category of `cotensor::batcher_errc`.
+const std::error_category& batcher_category() noexcept;
+
+/// Makes an error code in `cotensor::batcher_category()`.
+inline std::error_code make_error_code(batcher_errc e) noexcept {
+  return {static_cast<int>(e), batcher_category()};
+}
+
+}  // namespace cotensor
+
+template <>
+struct std::is_error_code_enum<cotensor::batcher_errc> : std::true_type {};
+
+namespace cotensor {
+
+/// How a `batcher` gathers rows into batches.
+struct batcher_options {
+  /// The most rows in one batch; a batch runs at once when the queue holds this many.
+  std::size_t max_batch_rows = 32;
+  /// How long the first row of a batch waits for others before the batch runs anyway.
+  std::chrono::microseconds window{500};
+  /// The most rows queued (submitted and not yet in a running batch); more are refused with
+  /// `batcher_errc::queue_full` instead of growing the queue without bound.
+  std::size_t max_queue_rows = 1024;
+  /// The most batches running at once; while that many run, rows wait in the queue (and the
+  /// next batch grows), so a burst never runs ahead of the backend.
+  std::size_t max_running_batches = 2;
+  /// Run queued rows at once, without waiting for the window, while no batch is running: a
+  /// lone request then pays no window, and under load rows gather while a batch runs.
+  bool start_when_idle = false;
+};
+
+/// What a `batcher` has done so far (a snapshot; counters only grow).
+struct batcher_stats {
+  std::uint64_t submitted = 0;  ///< submissions accepted into the queue
+  std::uint64_t rejected = 0;   ///< submissions refused (queue full or closed)
+  std::uint64_t cancelled = 0;  ///< submissions whose wait was cancelled
+  std::uint64_t failed = 0;     ///< submissions completed with their batch's error
+  std::uint64_t batches = 0;    ///< batches run
+  std::uint64_t rows = 0;       ///< rows in all batches run
+  std::size_t queue_rows = 0;   ///< rows queued now
+  /// Batches by row count: bucket `i` counts batches of at most `2^i` rows (and more than
+  /// `2^(i-1)`); the last bucket also counts every larger batch.
+  std::array<std::uint64_t, 16> batch_rows_log2{};
+};
+
+namespace detail {
+
+class batcher_core;
+
+// One submission waiting for its rows of a batch. Whoever claims it first — the batch's
+// completion or a cancellation — completes its handler; the other does nothing.
+class batch_entry {
+public:
+  batch_entry(std::vector<float> rows, std::size_t count) noexcept
+      : rows_(std::move(rows)), count_(count) {}
+  batch_entry(const batch_entry&) = delete;
+  batch_entry& operator=(const batch_entry&) = delete;
+  virtual ~batch_entry() = default;
+
+  // True for the one caller that may complete this entry.
+  bool claim() noexcept { return !claimed_.exchange(true, std::memory_order_acq_rel); }
+  bool claimed() const noexcept { return claimed_.load(std::memory_order_acquire); }
+  // Posts the handler with these arguments to its executor; only after a successful claim().
+  virtual void finish(std::exception_ptr error, std::vector<float> out) = 0;
+
+  const std::vector<float>& rows() const noexcept { return rows_; }
+  std::size_t count() const noexcept { return count_; }
+
+private:
+  std::vector<float> rows_;
+  std::size_t count_;
+  // false: pending; true: completion or cancellation has taken the handler.
+  std::atomic<bool> claimed_{false};
+};
+
+// Queues `entry`, or completes it at once with the reason it was refused.
+void batcher_enqueue(const std::shared_ptr<batcher_core>& core,
+                     const std::shared_ptr<batch_entry>& entry);
+// Called by a cancellation handler that claimed `entry`: drops it from the queue.
+void batcher_forget(const std::shared_ptr<batcher_core>& core, const batch_entry& entry);
+asio::any_io_executor batcher_executor(const batcher_core& core) noexcept;
+
+template <class Handler>
+class batch_entry_impl final : public batch_entry {
+public:
+  batch_entry_impl(Handler handler,
+                   const asio::any_io_executor& fallback,
+                   std::vector<float> rows,
+                   std::size_t count)
+      : batch_entry(std::move(rows), count), handler_(std::move(handler)),
+        work_(asio::prefer(asio::any_io_executor(asio::get_associated_executor(handler_, fallback)),
+                           asio::execution::outstanding_work.tracked)) {}
+
+  Handler& handler() noexcept { return handler_; }
+
+  void finish(std::exception_ptr error, std::vector<float> out) override {
+    auto work = std::move(work_);
+    // Post, never dispatch: we may be inside the initiating call or on a backend thread.
+    asio::post(work, [handler = std::move(handler_), work, error = std::move(error),
+                      out = std::move(out)]() mutable {
+      std::move(handler)(std::move(error), std::move(out));
+    });
+  }
+
+private:
+  Handler handler_;
+  asio::any_io_executor work_;
+};
+
+// Installed in the handler's cancellation slot; the slot owns it.
+struct batch_cancel_handler {
+  batch_cancel_handler(std::shared_ptr<batch_entry> e, std::weak_ptr<batcher_core> c) noexcept
+      : entry(std::move(e)), core(std::move(c)) {}
+
+  void operator()(asio::cancellation_type type) {
+    if (type == asio::cancellation_type::none || !entry->claim()) {
+      return;
+    }
+    entry->finish(
+        std::make_exception_ptr(boost::system::system_error(asio::error::operation_aborted)), {});
+    if (auto c = core.lock()) {
+      batcher_forget(c, *entry);
+    }
+  }
+
+  std::shared_ptr<batch_entry> entry;
+  std::weak_ptr<batcher_core> core;
+};
+
+}  // namespace detail
+
+/// Dynamic batching: concurrent callers each submit a few input rows and wait for their own
+/// output rows; the batcher gathers queued rows into one `[b, in_width]` tensor, runs one
+/// batched op on it, and completes every caller with its rows of the `[b, out_width]` result.
+///
+/// A batch runs as soon as `max_batch_rows` rows are queued, or `window` after the first of its
+/// rows was queued, whichever comes first — and only while fewer than `max_running_batches`
+/// batches run; otherwise the rows wait for one to end. A batch's failure reaches only the
+/// callers in that batch.
+/// ```
+/// cotensor::batcher b(io.get_executor(), 4, 2, [&](const cotensor::tensor& x) {
+///   return cotensor::relu(cotensor::matmul(x, w) + bias);
+/// });
+/// std::vector<float> y = co_await b.async_submit(row, asio::use_awaitable);
+/// ```
+/// The batched function is called on a thread running the executor (or in `async_submit` or
+/// `shutdown`), with no lock held; it must only issue ops, and return a `[b, out_width]` tensor
+/// for a `[b, in_width]` input. Issuing may block while the runtime's in-flight limit is
+/// reached (`runtime_options::max_in_flight`); size it to hold a few batches.
+///
+/// Destroy the batcher before its executor's execution context.
+/// Thread safety: every member may be called from any thread.
+class batcher {
+public:
+  /// The batched op: maps a `[b, in_width]` tensor to a `[b, out_width]` tensor.
+  using batch_function = std::function<tensor(const tensor&)>;
+
+  /// A batcher whose timers and internal completions run on `executor`.
+  /// Throws `std::invalid_argument` if a width or `max_batch_rows` is 0, `fn` is empty, or
+  /// `max_queue_rows < max_batch_rows` or `max_running_batches` is 0.
+  batcher(asio::any_io_executor executor,
+          std::size_t in_width,
+          std::size_t out_width,
+          batch_function fn,
+          batcher_options options = {});
+  batcher(const batcher&) = delete;
+  batcher& operator=(const batcher&) = delete;
+  /// Calls `shutdown()`. Batches already running complete their callers as usual.
+  ~batcher();
+
+  /// Submits `rows` (`k * in_width()` floats, row-major, `1 <= k <= max_batch_rows`) and waits
+  /// for the `k * out_width()` floats of their outputs.
+  ///
+  /// Completion: `void(std::exception_ptr, std::vector<float>)`: null and the output rows, or
+  /// an error and an empty vector. The handler runs on its associated executor (the batcher's
+  /// executor if it has none), never inside this call; a coroutine using `use_awaitable`
+  /// resumes on its own executor. (In Boost 1.81 co_await it with `use_awaitable` or
+  /// `as_tuple(use_awaitable)`, not `deferred`.)
+  /// Errors: `std::system_error` with `batcher_errc::queue_full` when the queue already holds
+  /// `max_queue_rows` rows, `batcher_errc::closed` after `shutdown`; the exception of the
+  /// batch's op (or of the batched function itself) for every caller in that batch. Throws
+  /// `std::invalid_argument` at the call, with nothing queued, for a bad number of floats.
+  /// Cancellation: every type (terminal, partial, total). A cancelled wait completes promptly
+  /// with `boost::system::system_error(asio::error::operation_aborted)`; if its rows are still
+  /// queued they leave the queue, otherwise the batch runs on and the other callers in it get
+  /// their rows as usual.
+  /// Thread safety: any thread.
+  template <class Token>
+  auto async_submit(std::vector<float> rows, Token&& token) {
+    const std::size_t count = checked_row_count(rows.size());
+    return asio::async_initiate<Token, void(std::exception_ptr, std::vector<float>)>(
+        [](auto handler, std::shared_ptr<detail::batcher_core> core, std::vector<float> r,
+           std::size_t k) {
+          using handler_type = std::decay_t<decltype(handler)>;
+          auto entry = std::make_shared<detail::batch_entry_impl<handler_type>>(
+              std::move(handler), detail::batcher_executor(*core), std::move(r), k);
+          auto slot = asio::get_associated_cancellation_slot(entry->handler());
+          if (slot.is_connected()) {
+            slot.template emplace<detail::batch_cancel_handler>(entry, core);
+          }
+          detail::batcher_enqueue(core, entry);
+        },
+        token, core_, std::move(rows), count);
+  }
+
+  /// Stops taking work: later submissions complete with `batcher_errc::closed`; rows already
+  /// queued run at once (not waiting for the window). Idempotent. Thread safety: any thread.
+  void shutdown();
+
+  /// Counters and the current queue depth. Thread safety: any thread.
+  batcher_stats stats() const;
+
+  std::size_t in_width() const noexcept;
+  std::size_t out_width() const noexcept;
+  const batcher_options& options() const noexcept;
+
+private:
+  std::size_t checked_row_count(std::size_t floats) const;
+
+  std::shared_ptr<detail::batcher_core> core_;
+};
+
+}  // namespace cotensor
