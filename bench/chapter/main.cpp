@@ -17,6 +17,7 @@
 
 #include "cotensor/cotensor.hpp"
 
+#include "../chapter_workloads.hpp"
 #include "../common.hpp"
 
 #include <cstdint>
@@ -29,48 +30,12 @@ using cotensor_bench::median_seconds;
 using cotensor_bench::print;
 using cotensor_bench::seconds_since;
 
-constexpr int increments = 10'000;
-constexpr std::int64_t n = 1000;
+using cotensor_bench::increment_async;
+using cotensor_bench::increment_sync;
+using cotensor_bench::matmul_loop;
+using cotensor_bench::n;
+using cotensor_bench::sgemm_gflops;
 
-// "Asynchrony via Backend": the loop, synchronized at the end.
-double matmul_loop(int repeat) {
-  return median_seconds(repeat, [] {
-    const auto start = clock_type::now();
-    for (int i = 0; i < 10; ++i) {
-      const auto a = cotensor::randn({n, n});
-      const auto b = cotensor::matmul(a, a);
-    }
-    cotensor::wait_all();
-    return seconds_since(start);
-  });
-}
-
-// "Improving Computation": asynchronous, one wait at the end.
-double increment_async(int repeat, const cotensor::tensor& x) {
-  return median_seconds(repeat, [&] {
-    cotensor::tensor y;
-    const auto start = clock_type::now();
-    for (int i = 0; i < increments; ++i) {
-      y = x + 1.0F;
-    }
-    cotensor::wait_all();
-    return seconds_since(start);
-  });
-}
-
-// "Improving Computation": synchronous, a host round trip per op.
-double increment_sync(int repeat, const cotensor::tensor& x) {
-  return median_seconds(repeat, [&] {
-    const auto start = clock_type::now();
-    for (int i = 0; i < increments; ++i) {
-      const auto y = x + 1.0F;
-      y.wait();
-    }
-    return seconds_since(start);
-  });
-}
-
-// "Barriers and Blockers": the implicit blockers after a matmul.
 double numpy_conversion(int repeat, const cotensor::tensor& a) {
   return median_seconds(repeat, [&] {
     const auto start = clock_type::now();
@@ -85,19 +50,6 @@ double scalar_conversion(int repeat, const cotensor::tensor& a) {
     static_cast<void>(cotensor::matmul(a, a).sum().item());
     return seconds_since(start);
   });
-}
-
-double sgemm_gflops(int repeat, std::int64_t size) {
-  const auto m = cotensor::randn({size, size});
-  m.wait();
-  const double s = median_seconds(repeat, [&] {
-    const auto start = clock_type::now();
-    cotensor::matmul(m, m).wait();
-    return seconds_since(start);
-  });
-  const auto flops =
-      2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size);
-  return flops / s / 1e9;
 }
 
 }  // namespace

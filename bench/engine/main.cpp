@@ -14,6 +14,7 @@
 
 #include "cotensor/cotensor.hpp"
 
+#include "../chapter_workloads.hpp"
 #include "../common.hpp"
 
 #include <cstdint>
@@ -26,8 +27,11 @@ using cotensor_bench::median_seconds;
 using cotensor_bench::print;
 using cotensor_bench::seconds_since;
 
-constexpr int increments = 10'000;
-constexpr std::int64_t n = 1000;
+using cotensor_bench::increment_async;
+using cotensor_bench::increment_sync;
+using cotensor_bench::increments;
+using cotensor_bench::matmul_loop;
+using cotensor_bench::sgemm_gflops;
 
 // t1: issue `increments` small ops without waiting; the wait is outside the timer.
 double enqueue_us(int repeat) {
@@ -52,55 +56,6 @@ double enqueue_us(int repeat) {
   return s / increments * 1e6;
 }
 
-// The chapter's "asynchronous": 10,000 increments, one wait at the end.
-double increment_async(int repeat, const cotensor::tensor& x) {
-  return median_seconds(repeat, [&] {
-    cotensor::tensor y;
-    const auto start = clock_type::now();
-    for (int i = 0; i < increments; ++i) {
-      y = x + 1.0F;
-    }
-    cotensor::wait_all();
-    return seconds_since(start);
-  });
-}
-
-// The chapter's "synchronous": 10,000 increments, each waited on (a host round trip per op).
-double increment_sync(int repeat, const cotensor::tensor& x) {
-  return median_seconds(repeat, [&] {
-    const auto start = clock_type::now();
-    for (int i = 0; i < increments; ++i) {
-      const auto y = x + 1.0F;
-      y.wait();
-    }
-    return seconds_since(start);
-  });
-}
-
-// The chapter's backend-asynchrony loop, synchronized.
-double matmul_loop(int repeat) {
-  return median_seconds(repeat, [] {
-    const auto start = clock_type::now();
-    for (int i = 0; i < 10; ++i) {
-      const auto a = cotensor::randn({n, n});
-      const auto b = cotensor::matmul(a, a);
-    }
-    cotensor::wait_all();
-    return seconds_since(start);
-  });
-}
-
-double sgemm_gflops(int repeat) {
-  const auto a = cotensor::randn({n, n});
-  a.wait();
-  const double s = median_seconds(repeat, [&] {
-    const auto start = clock_type::now();
-    cotensor::matmul(a, a).wait();
-    return seconds_since(start);
-  });
-  return 2.0 * n * n * n / s / 1e9;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,6 +76,6 @@ int main(int argc, char** argv) {
   print("increment_sync_us_per_op", sync_s / increments * 1e6);
 
   print("matmul_loop_f32", matmul_loop(repeat));
-  print("sgemm_1000_gflops", sgemm_gflops(repeat));
+  print("sgemm_1000_gflops", sgemm_gflops(repeat, cotensor_bench::n));
   return 0;
 }

@@ -1,0 +1,69 @@
+#pragma once
+
+// The workloads of the chapter's figures that more than one benchmark reports.
+
+#include "cotensor/cotensor.hpp"
+
+#include "common.hpp"
+
+#include <cstdint>
+
+namespace cotensor_bench {
+
+constexpr int increments = 10'000;
+constexpr std::int64_t n = 1000;
+
+// "Asynchrony via Backend": the loop, synchronized at the end.
+inline double matmul_loop(int repeat) {
+  return median_seconds(repeat, [] {
+    const auto start = clock_type::now();
+    for (int i = 0; i < 10; ++i) {
+      const auto a = cotensor::randn({n, n});
+      const auto b = cotensor::matmul(a, a);
+    }
+    cotensor::wait_all();
+    return seconds_since(start);
+  });
+}
+
+// "Improving Computation": asynchronous, one wait at the end.
+inline double increment_async(int repeat, const cotensor::tensor& x) {
+  return median_seconds(repeat, [&] {
+    cotensor::tensor y;
+    const auto start = clock_type::now();
+    for (int i = 0; i < increments; ++i) {
+      y = x + 1.0F;
+    }
+    cotensor::wait_all();
+    return seconds_since(start);
+  });
+}
+
+// "Improving Computation": synchronous, a host round trip per op.
+inline double increment_sync(int repeat, const cotensor::tensor& x) {
+  return median_seconds(repeat, [&] {
+    const auto start = clock_type::now();
+    for (int i = 0; i < increments; ++i) {
+      const auto y = x + 1.0F;
+      y.wait();
+    }
+    return seconds_since(start);
+  });
+}
+
+// "Barriers and Blockers": the implicit blockers after a matmul.
+
+inline double sgemm_gflops(int repeat, std::int64_t size) {
+  const auto m = cotensor::randn({size, size});
+  m.wait();
+  const double s = median_seconds(repeat, [&] {
+    const auto start = clock_type::now();
+    cotensor::matmul(m, m).wait();
+    return seconds_since(start);
+  });
+  const auto flops =
+      2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size);
+  return flops / s / 1e9;
+}
+
+}  // namespace cotensor_bench
