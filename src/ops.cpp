@@ -73,6 +73,7 @@ tensor map_op(const tensor& x, unary_kernel kernel) {
   op->kernel.emplace(
       [kernel = std::move(kernel), pin = in->data(), pout = out->data(), n = x.numel()] {
         cpu::parallel_chunks(n, 4096, [&](std::int64_t lo, std::int64_t hi) {
+          const backend_thread_guard backend;  // the chunk may run on another worker
           kernel(pin + lo, pout + lo, hi - lo);
         });
       });

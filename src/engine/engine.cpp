@@ -30,22 +30,10 @@
 namespace cotensor::detail {
 namespace {
 
-// The engine whose arena the calling thread is working in, if any (set by `backend_observer`).
-thread_local const engine* current_backend = nullptr;
-
-class backend_observer final : public tbb::task_scheduler_observer {
-public:
-  backend_observer(tbb::task_arena& arena, const engine* owner)
-      : tbb::task_scheduler_observer(arena), owner_(owner) {
-    observe(true);
-  }
-  ~backend_observer() override { observe(false); }
-  void on_scheduler_entry(bool /*is_worker*/) override { current_backend = owner_; }
-  void on_scheduler_exit(bool /*is_worker*/) override { current_backend = nullptr; }
-
-private:
-  const engine* owner_;
-};
+// True while this thread runs an op or a chunk of a `map` kernel (see backend_thread_guard).
+// A task_scheduler_observer would say the same for every arena thread, but Debian's oneTBB
+// leaks its observer proxy at exit, which LeakSanitizer reports.
+thread_local bool on_backend_thread = false;
 
 thread_local tracker* current_scope_tracker = nullptr;
 
@@ -166,7 +154,6 @@ engine::engine(const runtime_options& options)
   cpu::init_backend();
   raise_parallelism(workers_);
   arena_.initialize(static_cast<int>(workers_), 0);  // no slot kept for a joining caller
-  observer_ = std::make_unique<backend_observer>(arena_, this);
   // Nsight Systems (or another NVTX tool) announces itself through this variable; without one,
   // each op pays a single branch.
   nvtx_ = COTENSOR_WITH_NVTX != 0 && std::getenv("NVTX_INJECTION64_PATH") != nullptr;
@@ -189,14 +176,19 @@ engine::~engine() {
       }
     }
   }
-  observer_.reset();
   arena_.terminate();
   if (fallback_) {
     fallback_->join();
   }
 }
 
-bool engine::on_worker_thread() noexcept { return current_backend != nullptr; }
+bool engine::on_worker_thread() noexcept { return on_backend_thread; }
+
+backend_thread_guard::backend_thread_guard() noexcept : previous_(on_backend_thread) {
+  on_backend_thread = true;
+}
+
+backend_thread_guard::~backend_thread_guard() { on_backend_thread = previous_; }
 
 void engine::push(std::unique_ptr<op_node> node) {
   op_node* op = node.release();
@@ -274,6 +266,7 @@ void engine::dispatch(op_node* op) {
 }
 
 std::exception_ptr engine::run(op_node* op) noexcept {
+  const backend_thread_guard backend;
   std::exception_ptr inherited;
   for (const auto& a : op->accesses) {
     if (a.mode != access_mode::write && a.buffer->var.error) {

@@ -14,7 +14,6 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/container/small_vector.hpp>
 #include <oneapi/tbb/task_arena.h>
-#include <oneapi/tbb/task_scheduler_observer.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -141,7 +140,7 @@ public:
   const runtime_options& options() const noexcept { return options_; }
   runtime_stats stats() const noexcept;
   unsigned worker_threads() const noexcept { return workers_; }
-  /// True on one of this process's backend worker threads.
+  /// True on a thread running backend work (see backend_thread_guard).
   static bool on_worker_thread() noexcept;
   /// Runs `f` inside the backend arena (so nested parallel loops use its workers) and waits.
   template <class F>
@@ -165,7 +164,6 @@ private:
   runtime_options options_;
   unsigned workers_;
   tbb::task_arena arena_;
-  std::unique_ptr<tbb::task_scheduler_observer> observer_;
   std::shared_ptr<tracker> tracker_ = std::make_shared<tracker>(false);
 
   std::atomic<std::size_t> in_flight_{0};
@@ -189,6 +187,20 @@ private:
 
   std::once_flag fallback_once_;
   std::unique_ptr<asio::thread_pool> fallback_;
+};
+
+/// Marks the calling thread as running backend work (an op, or a chunk of a `map` kernel that
+/// oneTBB may have handed to another worker) for its lifetime, so that blocking waits there are
+/// refused instead of deadlocking.
+class backend_thread_guard {
+public:
+  backend_thread_guard() noexcept;
+  backend_thread_guard(const backend_thread_guard&) = delete;
+  backend_thread_guard& operator=(const backend_thread_guard&) = delete;
+  ~backend_thread_guard();
+
+private:
+  bool previous_;
 };
 
 /// The engine of the current runtime.
