@@ -23,6 +23,7 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cfloat>
 #include <chrono>
 #include <cmath>
@@ -36,6 +37,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <sys/socket.h>
 #include <thread>
 #include <variant>
 #include <vector>
@@ -568,23 +570,32 @@ private:
   }
 
   // Completes when the peer closes or resets the connection; otherwise runs until cancelled.
+  //
+  // Readiness is only a hint: the reactor can report a socket readable after the bytes that
+  // made it so were already read (an edge-triggered event delivered late), so the peek must not
+  // block — a blocking peek would hold this thread until the client sent again, which it never
+  // does while it waits for this response — and "nothing there yet" means wait again.
   asio::awaitable<void> watch_disconnect(connection& c) {
-    auto [ec] =
-        co_await c.socket.async_wait(tcp::socket::wait_read, asio::as_tuple(asio::use_awaitable));
-    if (ec) {
-      co_return;
+    for (;;) {
+      auto [ec] =
+          co_await c.socket.async_wait(tcp::socket::wait_read, asio::as_tuple(asio::use_awaitable));
+      if (ec) {
+        co_return;
+      }
+      char byte = 0;
+      const auto n = ::recv(c.socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        continue;  // nothing there after all
+      }
+      if (n <= 0) {
+        co_return;  // closed or reset: cancel the compute
+      }
+      // A pipelined request is waiting: it cannot tell us about a disconnect; wait to be
+      // cancelled.
+      asio::steady_timer forever(c.socket.get_executor(), clock_type::duration::max());
+      co_await forever.async_wait(asio::as_tuple(asio::use_awaitable));
+      throw boost::system::system_error(asio::error::operation_aborted);
     }
-    char byte = 0;
-    boost::system::error_code peek_ec;
-    const std::size_t n =
-        c.socket.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
-    if (peek_ec || n == 0) {
-      co_return;  // closed or reset: cancel the compute
-    }
-    // A pipelined request is waiting: it cannot tell us about a disconnect; wait to be cancelled.
-    asio::steady_timer forever(c.socket.get_executor(), clock_type::duration::max());
-    co_await forever.async_wait(asio::as_tuple(asio::use_awaitable));
-    throw boost::system::system_error(asio::error::operation_aborted);
   }
 
   asio::awaitable<response> infer(connection& c, const http::request<http::string_body>& req) {
