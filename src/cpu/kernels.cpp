@@ -1,8 +1,5 @@
 #include "cpu/kernels.hpp"
 
-#include <Random123/boxmuller.hpp>
-#include <Random123/philox.h>
-#include <cblas.h>
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
@@ -76,12 +73,20 @@ decltype(auto) with_unary(unary_op op, F&& f) {
 
 }  // namespace
 
-void init_backend() { openblas_set_num_threads(1); }
-
 void parallel_chunks(std::int64_t n,
                      std::int64_t grain,
                      const std::function<void(std::int64_t, std::int64_t)>& f) {
   for_chunks(n, grain, f);
+}
+
+int backend_concurrency() noexcept { return std::max(1, tbb::this_task_arena::max_concurrency()); }
+
+void parallel_tiles(std::int64_t tiles, const std::function<void(std::int64_t)>& f) {
+  if (tiles == 1) {
+    f(0);
+    return;
+  }
+  tbb::parallel_for(std::int64_t{0}, tiles, [&](std::int64_t t) { f(t); });
 }
 
 float apply(binary_op op, float a, float b) noexcept {
@@ -195,51 +200,6 @@ void unary(unary_op op, const float* in, float* out, std::int64_t n) {
   });
 }
 
-void matmul(
-    const float* a, const float* b, float* c, std::int64_t m, std::int64_t k, std::int64_t n) {
-  if (m == 0 || n == 0) {
-    return;
-  }
-  if (k == 0) {
-    fill(c, m * n, 0.0F);
-    return;
-  }
-  // A few tiles per worker, each one single-threaded SGEMM call: oneTBB balances them,
-  // OpenBLAS keeps its own threads off. Every call packs its panel of B again, so tiles are
-  // whole rows when there are many rows, and whole-height column panels when there are few
-  // (a batch of requests: [64, 512] x [512, 4096]).
-  const std::int64_t workers = std::max(1, tbb::this_task_arena::max_concurrency());
-  const std::int64_t tiles_wanted = 4 * workers;
-  const bool small = m * n * k <= 64 * 64 * 64;
-  const bool by_rows = m >= 64 * tiles_wanted / 4;
-  std::int64_t col_tile = n;
-  std::int64_t row_tile = m;
-  if (!small && by_rows) {
-    row_tile = std::max<std::int64_t>(8, (m + tiles_wanted - 1) / tiles_wanted);
-    row_tile = (row_tile + 7) / 8 * 8;
-  } else if (!small) {
-    col_tile = std::max<std::int64_t>(64, (n + tiles_wanted - 1) / tiles_wanted);
-    col_tile = (col_tile + 63) / 64 * 64;
-  }
-  const std::int64_t col_tiles = (n + col_tile - 1) / col_tile;
-  const std::int64_t row_tiles = (m + row_tile - 1) / row_tile;
-  auto tile = [&](std::int64_t t) {
-    const std::int64_t i = (t / col_tiles) * row_tile;
-    const std::int64_t j = (t % col_tiles) * col_tile;
-    const std::int64_t mb = std::min(row_tile, m - i);
-    const std::int64_t nb = std::min(col_tile, n - j);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(mb),
-                static_cast<int>(nb), static_cast<int>(k), 1.0F, a + i * k, static_cast<int>(k),
-                b + j, static_cast<int>(n), 0.0F, c + i * n + j, static_cast<int>(n));
-  };
-  const std::int64_t tiles = row_tiles * col_tiles;
-  if (tiles == 1) {
-    tile(0);
-    return;
-  }
-  tbb::parallel_for(std::int64_t{0}, tiles, tile);
-}
-
 void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
   constexpr std::int64_t block = 32;
   const std::int64_t row_blocks = (rows + block - 1) / block;
@@ -304,30 +264,6 @@ void sum_axis(const float* in,
           }
         }
       });
-}
-
-void randn(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream) {
-  const std::int64_t blocks = (n + 3) / 4;
-  for_chunks(blocks, elementwise_grain / 4, [&](std::int64_t lo, std::int64_t hi) {
-    r123::Philox4x32 rng;
-    const r123::Philox4x32::key_type key = {
-        {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)}};
-    for (std::int64_t blk = lo; blk < hi; ++blk) {
-      const auto ublk = static_cast<std::uint64_t>(blk);
-      const r123::Philox4x32::ctr_type ctr = {
-          {static_cast<std::uint32_t>(ublk), static_cast<std::uint32_t>(ublk >> 32),
-           static_cast<std::uint32_t>(stream), static_cast<std::uint32_t>(stream >> 32)}};
-      const auto r = rng(ctr, key);
-      const auto p = r123::boxmuller(r[0], r[1]);
-      const auto q = r123::boxmuller(r[2], r[3]);
-      const float values[4] = {p.x, p.y, q.x, q.y};
-      const std::int64_t base = blk * 4;
-      const std::int64_t count = std::min<std::int64_t>(4, n - base);
-      for (std::int64_t j = 0; j < count; ++j) {
-        out[base + j] = values[j];
-      }
-    }
-  });
 }
 
 }  // namespace cotensor::detail::cpu

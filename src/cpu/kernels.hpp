@@ -18,6 +18,12 @@ void parallel_chunks(std::int64_t n,
                      std::int64_t grain,
                      const std::function<void(std::int64_t, std::int64_t)>& f);
 
+/// The number of threads the backend's parallel loops may use (at least 1).
+int backend_concurrency() noexcept;
+
+/// Calls `f(t)` for every t in `[0, tiles)`, in parallel when tiles > 1.
+void parallel_tiles(std::int64_t tiles, const std::function<void(std::int64_t)>& f);
+
 enum class binary_op : std::uint8_t { add, sub, mul, div };
 enum class unary_op : std::uint8_t { neg, relu, exp, log, sqrt, tanh, sigmoid };
 
