@@ -19,14 +19,16 @@ void matmul(
     fill(c, m * n, 0.0F);
     return;
   }
-  // A few tiles per worker, each one single-threaded SGEMM call: oneTBB balances them,
-  // OpenBLAS keeps its own threads off. Every call packs its panel of B again, so tiles are
+  // Two tiles per worker, each one single-threaded SGEMM call: oneTBB balances them (a worker
+  // busy with another op leaves its second tile to the others), OpenBLAS keeps its own threads
+  // off. Every call packs its panels of A and B again, so more tiles cost more: at 1000^2 on
+  // 2 workers, 8 tiles ran at ~190 GFLOP/s, 4 at ~205, 2 at ~215 (bench/README.md). Tiles are
   // whole rows when there are many rows, and whole-height column panels when there are few
   // (a batch of requests: [64, 512] x [512, 4096]).
   const std::int64_t workers = backend_concurrency();
-  const std::int64_t tiles_wanted = 4 * workers;
+  const std::int64_t tiles_wanted = 2 * workers;
   const bool small = m * n * k <= 64 * 64 * 64;
-  const bool by_rows = m >= 64 * tiles_wanted / 4;
+  const bool by_rows = m >= 32 * tiles_wanted;
   std::int64_t col_tile = n;
   std::int64_t row_tile = m;
   if (!small && by_rows) {
