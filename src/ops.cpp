@@ -4,11 +4,22 @@
 
 #include "frontend.hpp"
 
+#include <boost/container/small_vector.hpp>
+
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 
 namespace cotensor {
+namespace {
+
+// Extents being built: on the stack up to shape's inline rank, so that issuing an op does not
+// allocate.
+using extent_buffer = boost::container::small_vector<std::int64_t, shape::inline_rank>;
+
+}  // namespace
+
 namespace detail {
 
 void throw_invalid(const char* op, const std::string& message) {
@@ -70,13 +81,15 @@ tensor map_op(const tensor& x, unary_kernel kernel) {
   auto out = allocate("map", x.shape(), x.device());
   auto op = make_op("map", {in}, {out});
   op->runs_user_code = true;
-  op->kernel.emplace(
-      [kernel = std::move(kernel), pin = in->data(), pout = out->data(), n = x.numel()] {
-        cpu::parallel_chunks(n, 4096, [&](std::int64_t lo, std::int64_t hi) {
-          const backend_thread_guard backend;  // the chunk may run on another worker
-          kernel(pin + lo, pout + lo, hi - lo);
-        });
-      });
+  op->kernel.emplace([kernel = std::move(kernel), pin = in->data(), pout = out->data(),
+                      n = x.numel()] {
+    auto chunk = [&](std::int64_t lo, std::int64_t hi) {
+      const backend_thread_guard backend;  // the chunk may run on another worker
+      kernel(pin + lo, pout + lo, hi - lo);
+    };
+    // One reference: std::function keeps it without allocating.
+    cpu::parallel_chunks(n, 4096, [&chunk](std::int64_t lo, std::int64_t hi) { chunk(lo, hi); });
+  });
   current_engine().push(std::move(op));
   return {std::move(out), x.shape()};
 }
@@ -164,7 +177,7 @@ tensor reduce_axis(const char* op, const tensor& x, int axis, bool mean) {
   if (mean && extents[ax] == 0) {
     detail::throw_invalid(op, "mean over an empty axis");
   }
-  std::vector<std::int64_t> kept;
+  extent_buffer kept;
   std::int64_t outer = 1;
   std::int64_t inner = 1;
   for (std::size_t d = 0; d < extents.size(); ++d) {
@@ -177,7 +190,7 @@ tensor reduce_axis(const char* op, const tensor& x, int axis, bool mean) {
       inner *= extents[d];
     }
   }
-  shape out_shape{kept};
+  shape out_shape{std::span<const std::int64_t>(kept)};
   auto out = detail::allocate(op, out_shape, x.device());
   const std::int64_t extent = extents[ax];
   const double scale = mean ? 1.0 / static_cast<double>(extent) : 1.0;
@@ -208,7 +221,7 @@ tensor from_vector(std::vector<float> values, shape s, device d) {
 
 shape broadcast_shape(const shape& a, const shape& b) {
   const std::size_t rank = std::max(a.rank(), b.rank());
-  std::vector<std::int64_t> out(rank);
+  extent_buffer out(rank);
   for (std::size_t d = 0; d < rank; ++d) {
     const std::int64_t ea = d < a.rank() ? a[a.rank() - 1 - d] : 1;
     const std::int64_t eb = d < b.rank() ? b[b.rank() - 1 - d] : 1;
@@ -218,7 +231,7 @@ shape broadcast_shape(const shape& a, const shape& b) {
     }
     out[rank - 1 - d] = ea == 1 ? eb : ea;
   }
-  return shape{out};
+  return shape{std::span<const std::int64_t>(out)};
 }
 
 tensor operator+(const tensor& a, const tensor& b) {

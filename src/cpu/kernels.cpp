@@ -1,5 +1,6 @@
 #include "cpu/kernels.hpp"
 
+#include <boost/container/small_vector.hpp>
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
@@ -130,8 +131,10 @@ void binary(binary_op op,
   }
   // General broadcasting: strides of a and b in the output's index space (0 where broadcast).
   const std::size_t rank = out_shape.rank();
-  std::vector<std::int64_t> a_stride(rank, 0), b_stride(rank, 0);
-  auto strides_for = [&](const shape& s, std::vector<std::int64_t>& stride) {
+  using strides = boost::container::small_vector<std::int64_t, shape::inline_rank>;
+  strides a_stride(rank, 0);
+  strides b_stride(rank, 0);
+  auto strides_for = [&](const shape& s, strides& stride) {
     std::int64_t step = 1;
     for (std::size_t d = 0; d < s.rank(); ++d) {
       const std::size_t si = s.rank() - 1 - d;
@@ -222,7 +225,8 @@ void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols
 double sum(const float* in, std::int64_t n) {
   constexpr std::int64_t chunk = 1 << 14;
   const std::int64_t chunks = (n + chunk - 1) / chunk;
-  std::vector<double> partial(static_cast<std::size_t>(chunks), 0.0);
+  // Partial sums on the stack up to 4 M floats, so that small reductions do not allocate.
+  boost::container::small_vector<double, 256> partial(static_cast<std::size_t>(chunks), 0.0);
   for_chunks(chunks, 1, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t c = lo; c < hi; ++c) {
       const std::int64_t end = std::min(n, (c + 1) * chunk);
@@ -250,7 +254,7 @@ void sum_axis(const float* in,
       outer,
       std::max<std::int64_t>(1, elementwise_grain / std::max<std::int64_t>(extent * inner, 1)),
       [&](std::int64_t lo, std::int64_t hi) {
-        std::vector<double> acc(static_cast<std::size_t>(inner));
+        boost::container::small_vector<double, 64> acc(static_cast<std::size_t>(inner));
         for (std::int64_t o = lo; o < hi; ++o) {
           std::fill(acc.begin(), acc.end(), 0.0);
           const float* base = in + o * extent * inner;

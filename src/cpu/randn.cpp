@@ -130,7 +130,7 @@ void randn(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream)
   const auto k0 = static_cast<std::uint32_t>(seed);
   const auto k1 = static_cast<std::uint32_t>(seed >> 32);
   const std::int64_t groups = (n + 4 * lanes - 1) / (4 * lanes);
-  parallel_chunks(groups, 512, [&](std::int64_t lo, std::int64_t hi) {
+  auto chunk = [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t g = lo; g < hi; ++g) {
       const std::int64_t base = g * 4 * lanes;
       const auto first = static_cast<std::uint64_t>(g * lanes);
@@ -142,7 +142,9 @@ void randn(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream)
         std::copy(tail, tail + (n - base), out + base);
       }
     }
-  });
+  };
+  // One reference: std::function keeps it without allocating.
+  parallel_chunks(groups, 512, [&chunk](std::int64_t lo, std::int64_t hi) { chunk(lo, hi); });
 }
 
 }  // namespace cotensor::detail::cpu

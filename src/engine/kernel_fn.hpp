@@ -7,8 +7,13 @@
 
 namespace cotensor::detail {
 
+void* allocate_bytes(std::size_t bytes, std::size_t alignment);  // engine.hpp
+void free_bytes(void* p) noexcept;
+
 /// A `void()` callable stored inside the op node when it fits (most kernels' captures do), so
-/// issuing an op allocates no closure. Neither copyable nor movable: it lives in its op.
+/// issuing an op allocates no closure; larger ones come from the engine's pooled allocator
+/// (`allocate_bytes`), never from the global heap. Neither copyable nor movable: it lives in
+/// its op.
 class kernel_fn {
 public:
   static constexpr std::size_t capacity = 96;
@@ -27,8 +32,17 @@ public:
       target_ = ::new (static_cast<void*>(buffer_)) fn(std::forward<F>(f));
       destroy_ = [](void* p) noexcept { static_cast<fn*>(p)->~fn(); };
     } else {
-      target_ = new fn(std::forward<F>(f));
-      destroy_ = [](void* p) noexcept { delete static_cast<fn*>(p); };
+      void* p = allocate_bytes(sizeof(fn), alignof(fn));
+      try {
+        target_ = ::new (p) fn(std::forward<F>(f));
+      } catch (...) {
+        free_bytes(p);
+        throw;
+      }
+      destroy_ = [](void* q) noexcept {
+        static_cast<fn*>(q)->~fn();
+        free_bytes(q);
+      };
     }
     invoke_ = [](void* p) { (*static_cast<fn*>(p))(); };
   }
