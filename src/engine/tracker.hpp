@@ -1,5 +1,7 @@
 #pragma once
 
+#include "engine/spin_mutex.hpp"
+
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -31,7 +33,7 @@ public:
   std::uint64_t pending() const;
 
 private:
-  mutable std::mutex mutex_;
+  mutable spin_mutex mutex_;
   std::uint64_t base_ = 0;               // oldest generation with ops left (or the open one)
   std::uint64_t open_ = 0;               // generation new ops join
   std::deque<std::uint64_t> counts_{0};  // counts_[g - base_]: ops of generation g left

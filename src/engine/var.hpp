@@ -1,5 +1,7 @@
 #pragma once
 
+#include "engine/spin_mutex.hpp"
+
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -53,7 +55,7 @@ private:
   void grant_front(grants& g);
   void enqueue(pending_access* entry);
 
-  std::mutex mutex_;
+  spin_mutex mutex_;
   std::int32_t readers_ = 0;  // reads running now
   bool writing_ = false;      // a write is running now
   pending_access* head_ = nullptr;
