@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <deque>
 #include <mutex>
 #include <stdexcept>
@@ -42,6 +43,7 @@ class batcher_core : public std::enable_shared_from_this<batcher_core> {
 public:
   using entry_ptr = std::shared_ptr<batch_entry>;
   using batch = std::vector<entry_ptr>;
+  using clock = std::chrono::steady_clock;
 
   batcher_core(asio::any_io_executor ex,
                std::size_t in_width,
@@ -122,14 +124,27 @@ public:
   const batcher_options& options() const noexcept { return options_; }
 
 private:
+  // Whether start_when_idle lets a partial batch run now that no batch runs: when the rows
+  // gathered while the last batch ran (`batch_ended`), when the batcher has been idle for a
+  // window, or when as many rows as the last batch had are back. Not merely because the last
+  // batch just ended: under load the first row to come back would then run alone, and a
+  // batch of one costs about what a full one does (the weights are read either way).
+  bool idle_start_locked(bool batch_ended) const {
+    if (!options_.start_when_idle || running_ != 0) {
+      return false;
+    }
+    return batch_ended || queue_rows_ >= last_rows_ || clock::now() - last_end_ >= options_.window;
+  }
+
   // Takes the batches that may run now off the queue: full ones, and a partial one once its
-  // window has passed (or after shutdown), while fewer than max_running_batches run. Entries
-  // already claimed by a cancellation are dropped here. Arms the window for what stays queued.
-  std::vector<batch> take_locked() {
+  // window has passed (or after shutdown, or as start_when_idle allows), while fewer than
+  // max_running_batches run. Entries already claimed by a cancellation are dropped here. Arms
+  // the window for what stays queued.
+  std::vector<batch> take_locked(bool batch_ended = false) {
     std::vector<batch> out;
     while (running_ < options_.max_running_batches && !queue_.empty() &&
            (queue_rows_ >= options_.max_batch_rows || due_ || closed_ ||
-            (options_.start_when_idle && running_ == 0))) {
+            idle_start_locked(batch_ended))) {
       batch b;
       std::size_t rows = 0;
       while (!queue_.empty() && rows + queue_.front()->count() <= options_.max_batch_rows) {
@@ -143,6 +158,7 @@ private:
       }
       if (!b.empty()) {
         ++running_;
+        last_rows_ = rows;
         out.push_back(std::move(b));
       }
     }
@@ -219,7 +235,8 @@ private:
     {
       std::lock_guard lock(mutex_);
       --running_;
-      ready = take_locked();
+      last_end_ = clock::now();
+      ready = take_locked(true);
     }
     for (auto& b : ready) {
       run(std::move(b));
@@ -273,7 +290,9 @@ private:
   bool timer_armed_ = false;
   bool due_ = false;  // the window of the queued rows has passed
   bool closed_ = false;
-  std::size_t running_ = 0;  // batches issued and not yet ended
+  std::size_t running_ = 0;       // batches issued and not yet ended
+  std::size_t last_rows_ = 0;     // rows of the batch started last
+  clock::time_point last_end_{};  // when a batch last ended (epoch: never)
   std::deque<entry_ptr> queue_;
   std::size_t queue_rows_ = 0;
   batcher_stats stats_;

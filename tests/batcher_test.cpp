@@ -282,6 +282,33 @@ TEST_SUITE("batcher") {
     CHECK(b.stats().batches == 2);  // the three gathered rows ran as one batch
   }
 
+  TEST_CASE("with start_when_idle the first row back after a batch waits for the others" *
+            doctest::timeout(30)) {
+    drained_io_context io;
+    std::promise<void> open;
+    std::shared_future<void> gate = open.get_future().share();
+    batcher b(io.get_executor(), 1, 1, [gate](const tensor& x) { return test::gated(x, gate); },
+              {.max_batch_rows = 8,
+               .window = std::chrono::hours(1),
+               .max_running_batches = 1,
+               .start_when_idle = true});
+    std::vector<std::optional<result>> out(5);
+    submit(b, {1.0f}, &out[0]);  // idle: runs at once
+    submit(b, {2.0f}, &out[1]);  // these two gather behind it
+    submit(b, {3.0f}, &out[2]);
+    open.set_value();
+    REQUIRE(run_until(io, [&] { return out[2].has_value(); }));
+    REQUIRE(b.stats().batches == 2);  // the last batch had two rows
+    submit(b, {4.0f}, &out[3]);       // right after it: waits (the window is an hour)
+    CHECK(b.stats().batches == 2);
+    CHECK(b.stats().queue_rows == 1);
+    submit(b, {5.0f}, &out[4]);  // as many rows as the last batch had: they run
+    CHECK(b.stats().batches == 3);
+    REQUIRE(run_until(io, [&] { return out[4].has_value(); }));
+    CHECK(std::get<1>(*out[3]) == std::vector<float>{4.0f});
+    CHECK(std::get<1>(*out[4]) == std::vector<float>{5.0f});
+  }
+
   TEST_CASE("after shutdown a submission completes with closed" * doctest::timeout(30)) {
     drained_io_context io;
     batcher b(io.get_executor(), 1, 1, [](const tensor& x) { return x; });

@@ -54,8 +54,11 @@ struct batcher_options {
   /// The most batches running at once; while that many run, rows wait in the queue (and the
   /// next batch grows), so a burst never runs ahead of the backend.
   std::size_t max_running_batches = 2;
-  /// Run queued rows at once, without waiting for the window, while no batch is running: a
-  /// lone request then pays no window, and under load rows gather while a batch runs.
+  /// While no batch is running, run queued rows without waiting for the window when the
+  /// batcher is idle: a lone request then pays no window. Idle means the rows gathered while
+  /// the last batch ran (they run as it ends), or no batch ended within the last `window`, or
+  /// as many rows as the last batch had are queued. So under load, the first row back after a
+  /// batch does not run alone: it waits for the others (at most a window).
   bool start_when_idle = false;
 };
 
