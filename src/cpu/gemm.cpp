@@ -19,16 +19,16 @@ void matmul(
     fill(c, m * n, 0.0F);
     return;
   }
-  // Two tiles per worker, each one single-threaded SGEMM call: oneTBB balances them (a worker
-  // busy with another op leaves its second tile to the others), OpenBLAS keeps its own threads
-  // off. Every call packs its panels of A and B again, so more tiles cost more: at 1000^2 on
-  // 2 workers, 8 tiles ran at ~190 GFLOP/s, 4 at ~205, 2 at ~215 (bench/README.md). Tiles are
-  // whole rows when there are many rows, and whole-height column panels when there are few
-  // (a batch of requests: [64, 512] x [512, 4096]).
+  // One tile per worker, each one single-threaded SGEMM call (OpenBLAS keeps its own threads
+  // off), scheduled by oneTBB. Every call packs its panels of A and B again, so fewer tiles
+  // cost less: at 1000^2 on 2 workers, 8 tiles ran at ~190 GFLOP/s, 4 at ~205-230, 2 at
+  // ~215-240 (bench/README.md). Tiles are whole rows when there are many rows, and
+  // whole-height column panels when there are few (a batch of requests: [64, 512] x [512,
+  // 4096]).
   const std::int64_t workers = backend_concurrency();
-  const std::int64_t tiles_wanted = 2 * workers;
+  const std::int64_t tiles_wanted = workers;
   const bool small = m * n * k <= 64 * 64 * 64;
-  const bool by_rows = m >= 32 * tiles_wanted;
+  const bool by_rows = m >= 64 * tiles_wanted;
   std::int64_t col_tile = n;
   std::int64_t row_tile = m;
   if (!small && by_rows) {
