@@ -7,4 +7,38 @@ if(COTENSOR_SANITIZE)
   target_compile_options(cotensor_dev_flags INTERFACE
     -fsanitize=${COTENSOR_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   target_link_options(cotensor_dev_flags INTERFACE -fsanitize=${COTENSOR_SANITIZE})
+  # GCC 12 warns (-Wtsan) that TSan does not model atomic_thread_fence, which Asio's
+  # std_fenced_block uses around every handler it runs. Those fences sit next to the mutex
+  # hand-offs of Asio's queues, which TSan does model: a race the fences alone would order shows
+  # up as a report, not as silence. The warning is about Asio's headers, not our code.
+  if(COTENSOR_SANITIZE MATCHES "thread" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(cotensor_dev_flags INTERFACE -Wno-tsan)
+  endif()
+  # GCC's manual: "sanitizers tend to increase the rate of false positive warnings, most notably
+  # those around -Wmaybe-uninitialized". Seen here inside GCC's own AVX-512 intrinsics (their
+  # `__m512i __Y = __Y;` idiom). These two stay warnings, not errors, in sanitizer builds only;
+  # the default build keeps them errors.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(cotensor_dev_flags INTERFACE
+      -Wno-error=maybe-uninitialized -Wno-error=uninitialized)
+  endif()
 endif()
+
+# What runs the backend's work: a oneTBB arena (tbb), or a plain std::thread pool (std) whose
+# synchronisation ThreadSanitizer can see. Debian's libtbb is not instrumented, so TSan cannot
+# see the happens-before edges of a task_arena hand-off and reports races that are not there:
+# a TSan build always uses std. Reaches the code as COTENSOR_STD_THREADS in cotensor/config.hpp.
+set(COTENSOR_THREAD_BACKEND "tbb" CACHE STRING "Backend threads: tbb or std (forced in TSan builds)")
+set_property(CACHE COTENSOR_THREAD_BACKEND PROPERTY STRINGS tbb std)
+if(COTENSOR_SANITIZE MATCHES "thread" AND NOT COTENSOR_THREAD_BACKEND STREQUAL "std")
+  message(STATUS "cotensor: COTENSOR_SANITIZE=${COTENSOR_SANITIZE}: using the std thread backend")
+  set(COTENSOR_THREAD_BACKEND "std" CACHE STRING "Backend threads: tbb or std" FORCE)
+endif()
+if(COTENSOR_THREAD_BACKEND STREQUAL "std")
+  set(COTENSOR_STD_THREADS ON)
+elseif(COTENSOR_THREAD_BACKEND STREQUAL "tbb")
+  set(COTENSOR_STD_THREADS OFF)
+else()
+  message(FATAL_ERROR "COTENSOR_THREAD_BACKEND must be tbb or std, not '${COTENSOR_THREAD_BACKEND}'")
+endif()
+

@@ -44,6 +44,10 @@ struct runtime_stats {
   std::size_t in_flight = 0;    ///< issued and not yet ended
   std::size_t peak_in_flight = 0;
   std::uint64_t admission_waits = 0;  ///< times an issuing thread found the queue full
+  /// Tensor buffers alive in the whole process (all runtimes), for leak checks.
+  std::int64_t live_buffers = 0;
+  /// Op nodes alive in the whole process (issued or being built, not yet freed).
+  std::int64_t live_ops = 0;
 };
 
 /// The engine and backend that run the ops issued while it is current.

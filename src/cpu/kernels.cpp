@@ -1,9 +1,16 @@
 #include "cpu/kernels.hpp"
 
-#include <boost/container/small_vector.hpp>
+#include "cotensor/config.hpp"
+
+#if COTENSOR_STD_THREADS
+#include "engine/worker_pool.hpp"
+#else
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
+#endif
+
+#include <boost/container/small_vector.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -23,8 +30,13 @@ void for_chunks(std::int64_t n, std::int64_t grain, F&& f) {
     }
     return;
   }
+#if COTENSOR_STD_THREADS
+  worker_pool::parallel_for((n + grain - 1) / grain,
+                            [&](std::int64_t c) { f(c * grain, std::min(n, (c + 1) * grain)); });
+#else
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, grain),
                     [&](const tbb::blocked_range<std::int64_t>& r) { f(r.begin(), r.end()); });
+#endif
 }
 
 template <class Op>
@@ -80,14 +92,24 @@ void parallel_chunks(std::int64_t n,
   for_chunks(n, grain, f);
 }
 
-int backend_concurrency() noexcept { return std::max(1, tbb::this_task_arena::max_concurrency()); }
+int backend_concurrency() noexcept {
+#if COTENSOR_STD_THREADS
+  return worker_pool::concurrency();
+#else
+  return std::max(1, tbb::this_task_arena::max_concurrency());
+#endif
+}
 
 void parallel_tiles(std::int64_t tiles, const std::function<void(std::int64_t)>& f) {
   if (tiles == 1) {
     f(0);
     return;
   }
+#if COTENSOR_STD_THREADS
+  worker_pool::parallel_for(tiles, f);
+#else
   tbb::parallel_for(std::int64_t{0}, tiles, [&](std::int64_t t) { f(t); });
+#endif
 }
 
 float apply(binary_op op, float a, float b) noexcept {

@@ -7,7 +7,9 @@
 
 #include "cpu/kernels.hpp"
 
+#if !COTENSOR_STD_THREADS
 #include <oneapi/tbb/global_control.h>
+#endif
 #include <oneapi/tbb/scalable_allocator.h>
 
 #include <algorithm>
@@ -37,6 +39,10 @@ thread_local bool on_backend_thread = false;
 
 thread_local tracker* current_scope_tracker = nullptr;
 
+// Live counts for leak checks. Relaxed: they are read only once the work is done.
+std::atomic<std::int64_t> buffers_alive{0};
+std::atomic<std::int64_t> op_nodes_alive{0};
+
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -47,7 +53,8 @@ inline void cpu_relax() noexcept {
 // workers; our callers only enqueue, so raise the process-wide limit to workers + 1. With
 // several active global_control objects oneTBB applies the smallest, so a runtime that needs
 // more replaces the one in force; the limit never goes down while the process lives.
-void raise_parallelism(unsigned workers) {
+void raise_parallelism([[maybe_unused]] unsigned workers) {
+#if !COTENSOR_STD_THREADS
   static std::mutex mutex;
   static std::unique_ptr<tbb::global_control> control;
   static std::size_t value = 0;
@@ -59,6 +66,7 @@ void raise_parallelism(unsigned workers) {
     control = std::move(next);
     value = wanted;
   }
+#endif
 }
 
 unsigned default_workers(const runtime_options& options) {
@@ -77,15 +85,25 @@ storage::storage(const cotensor::shape& s, cotensor::device d) : shape_(s), devi
   const std::size_t bytes =
       static_cast<std::size_t>(std::max<std::int64_t>(s.numel(), 1)) * sizeof(float);
   data_ = static_cast<float*>(allocate_bytes(bytes, alignment));
+  buffers_alive.fetch_add(1, std::memory_order_relaxed);
 }
 
-storage::~storage() { free_bytes(data_); }
+storage::~storage() {
+  free_bytes(data_);
+  buffers_alive.fetch_sub(1, std::memory_order_relaxed);
+}
+
+std::int64_t live_buffers() noexcept { return buffers_alive.load(std::memory_order_relaxed); }
+std::int64_t live_op_nodes() noexcept { return op_nodes_alive.load(std::memory_order_relaxed); }
 
 std::shared_ptr<storage> storage::make(const cotensor::shape& s, cotensor::device d) {
   return std::allocate_shared<storage>(allocator<storage>(), s, d);
 }
 
 void* allocate_bytes(std::size_t bytes, std::size_t alignment) {
+  if (faults::enabled()) [[unlikely]] {
+    faults::on_allocate();
+  }
 #if COTENSOR_SYSTEM_ALLOCATOR
   bytes = (bytes + alignment - 1) / alignment * alignment;
   void* p = std::aligned_alloc(alignment, bytes);
@@ -108,9 +126,16 @@ void free_bytes(void* p) noexcept {
 
 // --- op_node -------------------------------------------------------------------------------
 
-void* op_node::operator new(std::size_t size) { return allocate_bytes(size, alignof(op_node)); }
+void* op_node::operator new(std::size_t size) {
+  void* p = allocate_bytes(size, alignof(op_node));
+  op_nodes_alive.fetch_add(1, std::memory_order_relaxed);
+  return p;
+}
 
-void op_node::operator delete(void* p) noexcept { free_bytes(p); }
+void op_node::operator delete(void* p) noexcept {
+  free_bytes(p);
+  op_nodes_alive.fetch_sub(1, std::memory_order_relaxed);
+}
 
 void op_node::dependency_met() {
   if (unmet.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -193,6 +218,9 @@ backend_thread_guard::~backend_thread_guard() { on_backend_thread = previous_; }
 void engine::push(std::unique_ptr<op_node> node) {
   op_node* op = node.release();
   op->owner = this;
+  if (faults::enabled()) [[unlikely]] {
+    op->fault = faults::on_push();
+  }
   acquire_room();
   issued_.fetch_add(1, std::memory_order_relaxed);
   if (recorder* r = tracing()) [[unlikely]] {
@@ -285,10 +313,16 @@ std::exception_ptr engine::run(op_node* op) noexcept {
   std::exception_ptr own;
   if (!inherited) {
     try {
+      if (op->fault == faults::op_fault::fail) [[unlikely]] {
+        throw faults::injected_fault(std::string("cotensor: injected fault in op ") + op->name);
+      }
       op->kernel();
     } catch (...) {
       own = std::current_exception();
     }
+  }
+  if (op->fault == faults::op_fault::delay) [[unlikely]] {
+    std::this_thread::sleep_for(faults::completion_delay());
   }
 #if COTENSOR_WITH_NVTX
   if (nvtx_) [[unlikely]] {
@@ -427,6 +461,8 @@ runtime_stats engine::stats() const noexcept {
   s.in_flight = in_flight_.load(std::memory_order_relaxed);
   s.peak_in_flight = peak_in_flight_.load(std::memory_order_relaxed);
   s.admission_waits = admission_waits_.load(std::memory_order_relaxed);
+  s.live_buffers = live_buffers();
+  s.live_ops = live_op_nodes();
   return s;
 }
 

@@ -1,19 +1,25 @@
 #pragma once
 
+#include "cotensor/config.hpp"
+
 #include "cotensor/asio.hpp"
 #include "cotensor/detail/engine_fwd.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/runtime.hpp"
 #include "cotensor/shape.hpp"
 
+#include "engine/faults.hpp"
 #include "engine/kernel_fn.hpp"
 #include "engine/recorder.hpp"
 #include "engine/tracker.hpp"
 #include "engine/var.hpp"
+#include "engine/worker_pool.hpp"
 
 #include <boost/asio/thread_pool.hpp>
 #include <boost/container/small_vector.hpp>
+#if !COTENSOR_STD_THREADS
 #include <oneapi/tbb/task_arena.h>
+#endif
 
 #include <atomic>
 #include <condition_variable>
@@ -30,10 +36,22 @@ namespace cotensor::detail {
 
 class engine;
 
+/// What runs the engine's ops: a oneTBB arena, or in the TSan build (COTENSOR_STD_THREADS) a
+/// std::thread pool with the same interface. Chosen at compile time: no indirection.
+#if COTENSOR_STD_THREADS
+using backend_arena = worker_pool;
+#else
+using backend_arena = tbb::task_arena;
+#endif
+
 /// Allocates `bytes` aligned to `alignment` (a power of two) from oneTBB's scalable allocator,
 /// or from malloc in sanitizer builds (COTENSOR_SYSTEM_ALLOCATOR). Throws std::bad_alloc.
 void* allocate_bytes(std::size_t bytes, std::size_t alignment);
 void free_bytes(void* p) noexcept;
+
+/// Buffers (`storage`) and op nodes alive in the process, for leak checks (runtime_stats).
+std::int64_t live_buffers() noexcept;
+std::int64_t live_op_nodes() noexcept;
 
 /// A std::allocator-like front for `allocate_bytes`.
 template <class T>
@@ -96,8 +114,9 @@ struct op_node {
   std::uint64_t generation = 0;    // in the runtime's tracker
   std::shared_ptr<tracker> scope;  // null when issued outside a scope
   std::uint64_t scope_generation = 0;
-  waiter* on_done = nullptr;        // synchronous mode: completed with the op's own error
-  bool runs_user_code = false;      // `map`: never run inline on the issuing thread
+  waiter* on_done = nullptr;    // synchronous mode: completed with the op's own error
+  bool runs_user_code = false;  // `map`: never run inline on the issuing thread
+  faults::op_fault fault = faults::op_fault::none;  // injected by a test (engine/faults.hpp)
   std::shared_ptr<recorder> trace;  // the trace recording when it was issued, or null
   std::uint64_t trace_id = 0;
 
@@ -163,7 +182,7 @@ private:
 
   runtime_options options_;
   unsigned workers_;
-  tbb::task_arena arena_;
+  backend_arena arena_;
   std::shared_ptr<tracker> tracker_ = std::make_shared<tracker>(false);
 
   std::atomic<std::size_t> in_flight_{0};
