@@ -25,9 +25,9 @@ struct runtime_options {
   /// Run every op at its call, on the calling thread, like MXNet's NaiveEngine: a kernel's
   /// exception is thrown by the op call itself, at the offending line.
   bool synchronous = false;
-  /// Run a tiny op (a few KiB of data, no user function) at its call when its inputs are
-  /// already computed: handing it to a worker and back would cost more than running it. Ops
-  /// that must wait, large ops and `map` always go to the backend.
+  /// Run a small op (at most 128 KiB of data touched, no user function) at its call when its
+  /// inputs are already computed: handing it to a worker and back would cost more than running
+  /// it. Ops that must wait, larger ops and `map` always go to the backend.
   bool inline_small_ops = true;
 
   /// The defaults, overridden by the environment: `COTENSOR_ENGINE=naive` (synchronous) or
