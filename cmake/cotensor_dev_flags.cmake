@@ -42,3 +42,8 @@ else()
   message(FATAL_ERROR "COTENSOR_THREAD_BACKEND must be tbb or std, not '${COTENSOR_THREAD_BACKEND}'")
 endif()
 
+# The fuzzer build: coverage instrumentation for libFuzzer in everything we build, so that the
+# engine's branches guide it (tests/fuzz links -fsanitize=fuzzer itself).
+if(COTENSOR_FUZZ)
+  target_compile_options(cotensor_dev_flags INTERFACE -fsanitize=fuzzer-no-link)
+endif()

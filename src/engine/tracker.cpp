@@ -27,10 +27,12 @@ void tracker::leave(std::uint64_t g, const std::exception_ptr& error) {
       ++base_;
     }
     if (!waiters_.empty()) {
-      auto finished = std::ranges::partition(
-          waiters_, [this](const auto& entry) { return entry.first >= base_; });
-      done.assign(finished.begin(), finished.end());
-      waiters_.erase(finished.begin(), finished.end());
+      // std::partition, not std::ranges: clang 14 (the fuzzer's compiler) cannot compile the
+      // std::ranges::subrange of libstdc++ 12.
+      auto finished = std::partition(waiters_.begin(), waiters_.end(),
+                                     [this](const auto& entry) { return entry.first >= base_; });
+      done.assign(finished, waiters_.end());
+      waiters_.erase(finished, waiters_.end());
       result = first_error_;
     }
   }

@@ -16,8 +16,8 @@ struct var::grants {
   boost::container::small_vector<std::pair<waiter*, std::exception_ptr>, 2> waits;
 
   void run() {
-    for (auto& [w, error] : waits) {
-      w->complete(std::move(error));
+    for (auto& [w, e] : waits) {
+      w->complete(std::move(e));
     }
     for (op_node* op : ops) {
       op->dependency_met();
