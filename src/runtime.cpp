@@ -49,6 +49,9 @@ runtime_options runtime_options::from_environment() {
   if (const char* limit = std::getenv("COTENSOR_MAX_IN_FLIGHT")) {
     options.max_in_flight = parse_number<std::size_t>("COTENSOR_MAX_IN_FLIGHT", limit);
   }
+  if (const char* bytes = std::getenv("COTENSOR_MAX_IN_FLIGHT_BYTES")) {
+    options.max_in_flight_bytes = parse_number<std::size_t>("COTENSOR_MAX_IN_FLIGHT_BYTES", bytes);
+  }
   return options;
 }
 

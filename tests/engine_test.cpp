@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <future>
 #include <memory>
@@ -165,6 +166,57 @@ asio::awaitable<void> await_ready(tensor t, resume_counts* counts) {
 }  // namespace
 
 TEST_SUITE("engine") {
+  TEST_CASE("issuing blocks while the ops in flight would write more than max_in_flight_bytes" *
+            doctest::timeout(30)) {
+    cotensor::runtime rt({.max_in_flight_bytes = std::size_t{1} << 20});  // 1 MiB
+    gate g;
+    const tensor x = gated(cotensor::full({1}, 1.0F), g.future());  // 4 bytes, held
+    const tensor big = cotensor::zeros({100'000});                  // 400 KB
+    big.wait();
+    std::vector<tensor> outs(5);
+    std::atomic<int> issued{0};
+    std::thread frontend([&] {
+      for (auto& out : outs) {
+        out = big + x;  // writes 400 KB, waits for x
+        ++issued;
+      }
+    });
+    // Two such ops fit beside the held one (800 KB + 4 B), the third would not: wait for the
+    // frontend to get there, then give it time to run past the bound if it could.
+    while (issued.load() < 2) {
+      std::this_thread::sleep_for(1ms);
+    }
+    std::this_thread::sleep_for(50ms);
+    CHECK(issued.load() == 2);
+    CHECK(rt.stats().in_flight == 3);
+    g.open();
+    frontend.join();
+    for (const auto& out : outs) {
+      CHECK(out.sum().item() == doctest::Approx(100'000.0));
+    }
+    CHECK(rt.stats().admission_waits >= 1);
+  }
+
+  TEST_CASE("an op writing more than max_in_flight_bytes runs alone instead of blocking" *
+            doctest::timeout(30)) {
+    cotensor::runtime rt({.max_in_flight_bytes = 1024});
+    tensor y = cotensor::ones({10'000});  // 40 KB: admitted once nothing else is in flight
+    for (int i = 0; i < 20; ++i) {
+      y = y + 1.0F;
+    }
+    CHECK(y.sum().item() == doctest::Approx(210'000.0));
+    CHECK(rt.stats().peak_in_flight == 1);
+  }
+
+  TEST_CASE("COTENSOR_MAX_IN_FLIGHT_BYTES sets the byte bound" * doctest::timeout(10)) {
+    CHECK(cotensor::runtime_options{}.max_in_flight_bytes == std::size_t{256} << 20);
+    ::setenv("COTENSOR_MAX_IN_FLIGHT_BYTES", "12345", 1);
+    const auto options = cotensor::runtime_options::from_environment();
+    ::setenv("COTENSOR_MAX_IN_FLIGHT_BYTES", "many", 1);
+    CHECK_THROWS_AS(cotensor::runtime_options::from_environment(), std::invalid_argument);
+    ::unsetenv("COTENSOR_MAX_IN_FLIGHT_BYTES");
+    CHECK(options.max_in_flight_bytes == 12345);
+  }
 
   // --- read after write --------------------------------------------------------------------------
 

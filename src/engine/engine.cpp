@@ -221,7 +221,12 @@ void engine::push(std::unique_ptr<op_node> node) {
   if (faults::enabled()) [[unlikely]] {
     op->fault = faults::on_push();
   }
-  acquire_room();
+  for (const auto& a : op->accesses) {
+    if (a.mode != access_mode::read) {
+      op->written_bytes += static_cast<std::size_t>(a.buffer->numel()) * sizeof(float);
+    }
+  }
+  acquire_room(op->written_bytes);
   issued_.fetch_add(1, std::memory_order_relaxed);
   if (recorder* r = tracing()) [[unlikely]] {
     std::lock_guard lock(trace_mutex_);
@@ -361,23 +366,33 @@ void engine::retire(op_node* op, const std::exception_ptr& error) noexcept {
   auto scope = std::move(node->scope);
   auto scope_generation = node->scope_generation;
   auto generation = node->generation;
+  const std::size_t written_bytes = node->written_bytes;
   node.reset();
   if (scope) {
     scope->leave(scope_generation, error);
   }
   completed_.fetch_add(1, std::memory_order_relaxed);
-  release_room();
+  release_room(written_bytes);
   // Last: once the runtime's tracker sees the op leave, the engine may be destroyed.
   auto all = tracker_;
   all->leave(generation, error);
 }
 
-void engine::acquire_room() {
+bool engine::has_room(std::size_t ops, std::size_t held, std::size_t bytes) const noexcept {
   const std::size_t limit = options_.max_in_flight;
+  const std::size_t byte_limit = options_.max_in_flight_bytes;
+  // An op larger than the byte bound still runs: alone, once nothing else is in flight.
+  return (limit == 0 || ops < limit) && (byte_limit == 0 || ops == 0 || held + bytes <= byte_limit);
+}
+
+void engine::acquire_room(std::size_t bytes) {
+  // The two counters move separately, so two threads admitted at once may overshoot the byte
+  // bound by one op: it is a bound on memory pinned ahead, not an exact budget.
   std::size_t now = in_flight_.load(std::memory_order_relaxed);
   for (;;) {
-    if (limit == 0 || now < limit) {
+    if (has_room(now, in_flight_bytes_.load(std::memory_order_relaxed), bytes)) {
       if (in_flight_.compare_exchange_weak(now, now + 1, std::memory_order_seq_cst)) {
+        in_flight_bytes_.fetch_add(bytes, std::memory_order_seq_cst);
         break;
       }
       continue;
@@ -386,7 +401,10 @@ void engine::acquire_room() {
     room_wanted_.fetch_add(1, std::memory_order_seq_cst);
     {
       std::unique_lock lock(room_mutex_);
-      room_cv_.wait(lock, [&] { return in_flight_.load(std::memory_order_seq_cst) < limit; });
+      room_cv_.wait(lock, [&] {
+        return has_room(in_flight_.load(std::memory_order_seq_cst),
+                        in_flight_bytes_.load(std::memory_order_seq_cst), bytes);
+      });
     }
     room_wanted_.fetch_sub(1, std::memory_order_seq_cst);
     now = in_flight_.load(std::memory_order_relaxed);
@@ -397,7 +415,8 @@ void engine::acquire_room() {
   }
 }
 
-void engine::release_room() noexcept {
+void engine::release_room(std::size_t bytes) noexcept {
+  in_flight_bytes_.fetch_sub(bytes, std::memory_order_seq_cst);
   in_flight_.fetch_sub(1, std::memory_order_seq_cst);
   if (room_wanted_.load(std::memory_order_seq_cst) == 0) {
     return;
@@ -405,9 +424,10 @@ void engine::release_room() noexcept {
   boost::container::small_vector<waiter*, 8> ready;
   {
     std::lock_guard lock(room_mutex_);
-    const std::size_t limit = options_.max_in_flight;
-    std::size_t now = in_flight_.load(std::memory_order_seq_cst);
-    while (!room_waiters_.empty() && now + ready.size() < limit) {
+    const std::size_t now = in_flight_.load(std::memory_order_seq_cst);
+    const std::size_t held = in_flight_bytes_.load(std::memory_order_seq_cst);
+    // Coroutines in admission() wait for room for one more op (of no particular size).
+    while (!room_waiters_.empty() && has_room(now + ready.size(), held, 0)) {
       ready.push_back(room_waiters_.front());
       room_waiters_.pop_front();
     }
@@ -420,11 +440,14 @@ void engine::release_room() noexcept {
 }
 
 void engine::admit(waiter& w) {
-  const std::size_t limit = options_.max_in_flight;
-  if (limit != 0 && in_flight_.load(std::memory_order_seq_cst) >= limit) {
+  auto full = [this] {
+    return !has_room(in_flight_.load(std::memory_order_seq_cst),
+                     in_flight_bytes_.load(std::memory_order_seq_cst), 0);
+  };
+  if (full()) {
     room_wanted_.fetch_add(1, std::memory_order_seq_cst);
     std::unique_lock lock(room_mutex_);
-    if (in_flight_.load(std::memory_order_seq_cst) >= limit) {
+    if (full()) {
       room_waiters_.push_back(&w);
       return;
     }

@@ -114,8 +114,9 @@ struct op_node {
   std::uint64_t generation = 0;    // in the runtime's tracker
   std::shared_ptr<tracker> scope;  // null when issued outside a scope
   std::uint64_t scope_generation = 0;
-  waiter* on_done = nullptr;    // synchronous mode: completed with the op's own error
-  bool runs_user_code = false;  // `map`: never run inline on the issuing thread
+  waiter* on_done = nullptr;      // synchronous mode: completed with the op's own error
+  std::size_t written_bytes = 0;  // counted in flight by admission
+  bool runs_user_code = false;    // `map`: never run inline on the issuing thread
   faults::op_fault fault = faults::op_fault::none;  // injected by a test (engine/faults.hpp)
   std::shared_ptr<recorder> trace;  // the trace recording when it was issued, or null
   std::uint64_t trace_id = 0;
@@ -177,8 +178,10 @@ private:
   // `op->on_done` with it.
   std::exception_ptr run(op_node* op) noexcept;
   void retire(op_node* op, const std::exception_ptr& error) noexcept;
-  void acquire_room();
-  void release_room() noexcept;
+  // Admission: whether an op writing `bytes` fits beside `ops` ops writing `held` bytes.
+  bool has_room(std::size_t ops, std::size_t held, std::size_t bytes) const noexcept;
+  void acquire_room(std::size_t bytes);
+  void release_room(std::size_t bytes) noexcept;
 
   runtime_options options_;
   unsigned workers_;
@@ -186,6 +189,7 @@ private:
   std::shared_ptr<tracker> tracker_ = std::make_shared<tracker>(false);
 
   std::atomic<std::size_t> in_flight_{0};
+  std::atomic<std::size_t> in_flight_bytes_{0};
   std::atomic<std::uint64_t> issued_{0};
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::size_t> peak_in_flight_{0};
