@@ -499,20 +499,18 @@ void set_current_scope(tracker* t) noexcept { current_scope_tracker = t; }
 
 // --- issuing -------------------------------------------------------------------------------
 
-std::unique_ptr<op_node> make_op(const char* name,
-                                 std::initializer_list<std::shared_ptr<storage>> reads,
-                                 std::initializer_list<std::shared_ptr<storage>> writes) {
+std::unique_ptr<op_node> make_op(const char* name, buffer_list reads, buffer_list writes) {
   auto op = std::make_unique<op_node>();
   op->name = name;
   auto find = [&](const storage* s) {
     return std::ranges::find_if(op->accesses, [s](const access& a) { return a.buffer.get() == s; });
   };
-  for (const auto& w : writes) {
+  for (const std::shared_ptr<storage>& w : writes) {
     if (find(w.get()) == op->accesses.end()) {
       op->accesses.push_back({w, access_mode::write, {}});
     }
   }
-  for (const auto& r : reads) {
+  for (const std::shared_ptr<storage>& r : reads) {
     auto it = find(r.get());
     if (it == op->accesses.end()) {
       op->accesses.push_back({r, access_mode::read, {}});

@@ -233,19 +233,18 @@ engine& current_engine();
 tracker* current_scope() noexcept;
 void set_current_scope(tracker* t) noexcept;
 
+/// The buffers an op reads or writes, by reference: the op node takes the only copies (a list
+/// of `shared_ptr` values would cost two more atomic reference-count updates per buffer).
+using buffer_list = std::initializer_list<std::reference_wrapper<const std::shared_ptr<storage>>>;
+
 /// A new op node for `issue`, with its accesses: a buffer both read and written is one
 /// `read_write` access.
-std::unique_ptr<op_node> make_op(const char* name,
-                                 std::initializer_list<std::shared_ptr<storage>> reads,
-                                 std::initializer_list<std::shared_ptr<storage>> writes);
+std::unique_ptr<op_node> make_op(const char* name, buffer_list reads, buffer_list writes);
 
 /// Builds and issues an op running `kernel` on the current engine. `reads` and `writes` may
 /// overlap.
 template <class Kernel>
-void issue(const char* name,
-           std::initializer_list<std::shared_ptr<storage>> reads,
-           std::initializer_list<std::shared_ptr<storage>> writes,
-           Kernel&& kernel) {
+void issue(const char* name, buffer_list reads, buffer_list writes, Kernel&& kernel) {
   auto op = make_op(name, reads, writes);
   op->kernel.emplace(std::forward<Kernel>(kernel));
   current_engine().push(std::move(op));
