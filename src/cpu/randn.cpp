@@ -9,9 +9,10 @@
 
 #if defined(__x86_64__)
 // GCC 12 reports its own _mm512_undefined_epi32() inside the AVX-512 intrinsics as used
-// uninitialised at -O3 (GCC bug 105593, fixed in 13).
+// (or maybe used) uninitialised (GCC bug 105593, fixed in 13).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #endif
