@@ -328,6 +328,10 @@ struct range {
 };
 
 constexpr double max_magnitude = 1e4;
+// Broadcasts and matmuls of reshaped tensors can multiply sizes (the fuzzer made tensors of a
+// million elements): the generator makes none larger than this, so that a sum of squashed
+// values stays within max_magnitude and programs stay fast.
+constexpr std::int64_t max_elements = 4096;
 
 inline range span_of(std::initializer_list<double> values) {
   return {std::min(values), std::max(values)};
@@ -615,6 +619,10 @@ private:
       return;
     }
     broadcast(at(a).shape, at(divisor).shape, out);
+    if (count(out) > max_elements) {
+      squash(a);
+      return;
+    }
     emit(op{.what = kind::binary, .a = a, .b = divisor, .arith_op = k, .shape = out}, r);
   }
 
@@ -739,6 +747,10 @@ private:
       a = squash(a);
       b = squash(b);
     }
+    if (at(a).shape[0] * at(b).shape[1] > max_elements) {
+      squash(a);
+      return;
+    }
     const double bound =
         static_cast<double>(inner) * range_of(a).magnitude() * range_of(b).magnitude();
     emit(op{.what = kind::matmul, .a = a, .b = b, .shape = {at(a).shape[0], at(b).shape[1]}},
@@ -748,9 +760,9 @@ private:
   void step_reduce() {
     int a = pick_live();
     const auto n = static_cast<double>(count(at(a).shape));
-    // Reshapes and matmuls make tensors of up to 64 x 64 elements: their sum could leave the
-    // bound (found by the fuzzer), so sum a squashed copy. Consumes no choice: the programs of
-    // seeds that never get here are unchanged.
+    // A sum of up to max_elements values could leave the bound (found by the fuzzer): sum a
+    // squashed copy. Consumes no choice: the programs of seeds that never get here are
+    // unchanged.
     if (n * range_of(a).magnitude() > max_magnitude) {
       a = squash(a);
     }
