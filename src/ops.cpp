@@ -81,15 +81,13 @@ tensor map_op(const tensor& x, unary_kernel kernel) {
   auto out = allocate("map", x.shape(), x.device());
   auto op = make_op("map", {in}, {out});
   op->runs_user_code = true;
-  op->kernel.emplace([kernel = std::move(kernel), pin = in->data(), pout = out->data(),
-                      n = x.numel()] {
-    auto chunk = [&](std::int64_t lo, std::int64_t hi) {
-      const backend_thread_guard backend;  // the chunk may run on another worker
-      kernel(pin + lo, pout + lo, hi - lo);
-    };
-    // One reference: std::function keeps it without allocating.
-    cpu::parallel_chunks(n, 4096, [&chunk](std::int64_t lo, std::int64_t hi) { chunk(lo, hi); });
-  });
+  op->kernel.emplace(
+      [kernel = std::move(kernel), pin = in->data(), pout = out->data(), n = x.numel()] {
+        cpu::parallel_chunks(n, 4096, [&](std::int64_t lo, std::int64_t hi) {
+          const backend_thread_guard backend;  // the chunk may run on another worker
+          kernel(pin + lo, pout + lo, hi - lo);
+        });
+      });
   current_engine().push(std::move(op));
   return {std::move(out), x.shape()};
 }

@@ -49,8 +49,7 @@ void matmul(
                 static_cast<int>(nb), static_cast<int>(k), 1.0F, a + i * k, static_cast<int>(k),
                 b + j, static_cast<int>(n), 0.0F, c + i * n + j, static_cast<int>(n));
   };
-  // One reference: std::function keeps it without allocating.
-  parallel_tiles(row_tiles * col_tiles, [&tile](std::int64_t t) { tile(t); });
+  parallel_tiles(row_tiles * col_tiles, tile);
 }
 
 }  // namespace cotensor::detail::cpu

@@ -88,7 +88,7 @@ decltype(auto) with_unary(unary_op op, F&& f) {
 
 void parallel_chunks(std::int64_t n,
                      std::int64_t grain,
-                     const std::function<void(std::int64_t, std::int64_t)>& f) {
+                     function_ref<void(std::int64_t, std::int64_t)> f) {
   for_chunks(n, grain, f);
 }
 
@@ -100,13 +100,13 @@ int backend_concurrency() noexcept {
 #endif
 }
 
-void parallel_tiles(std::int64_t tiles, const std::function<void(std::int64_t)>& f) {
+void parallel_tiles(std::int64_t tiles, function_ref<void(std::int64_t)> f) {
   if (tiles == 1) {
     f(0);
     return;
   }
 #if COTENSOR_STD_THREADS
-  worker_pool::parallel_for(tiles, f);
+  worker_pool::parallel_for(tiles, [f](std::int64_t t) { f(t); });
 #else
   tbb::parallel_for(std::int64_t{0}, tiles, [&](std::int64_t t) { f(t); });
 #endif

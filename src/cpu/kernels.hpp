@@ -6,9 +6,35 @@
 #include "cotensor/shape.hpp"
 
 #include <cstdint>
-#include <functional>
+#include <memory>
+#include <type_traits>
 
 namespace cotensor::detail::cpu {
+
+/// A non-owning reference to a callable, for loop bodies that live on the caller's stack for
+/// the whole call: passing one never allocates, whatever the body captures (a std::function
+/// would allocate for captures over 16 bytes on every op).
+template <class Signature>
+class function_ref;
+
+template <class R, class... Args>
+class function_ref<R(Args...)> {
+public:
+  // Implicit, like std::function's: call sites pass a lambda.
+  template <class F,
+            class = std::enable_if_t<!std::is_same_v<std::remove_cvref_t<F>, function_ref>>>
+  function_ref(F&& f) noexcept
+      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* object, Args... args) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(object))(args...);
+        }) {}
+
+  R operator()(Args... args) const { return call_(object_, args...); }
+
+private:
+  void* object_;
+  R (*call_)(void*, Args...);
+};
 
 /// Once per engine: switches OpenBLAS's own threading off (oneTBB schedules the GEMM tiles).
 void init_backend();
@@ -16,13 +42,13 @@ void init_backend();
 /// Calls `f(begin, end)` over `[0, n)` in chunks of about `grain`, in parallel when n > grain.
 void parallel_chunks(std::int64_t n,
                      std::int64_t grain,
-                     const std::function<void(std::int64_t, std::int64_t)>& f);
+                     function_ref<void(std::int64_t, std::int64_t)> f);
 
 /// The number of threads the backend's parallel loops may use (at least 1).
 int backend_concurrency() noexcept;
 
 /// Calls `f(t)` for every t in `[0, tiles)`, in parallel when tiles > 1.
-void parallel_tiles(std::int64_t tiles, const std::function<void(std::int64_t)>& f);
+void parallel_tiles(std::int64_t tiles, function_ref<void(std::int64_t)> f);
 
 enum class binary_op : std::uint8_t { add, sub, mul, div };
 enum class unary_op : std::uint8_t { neg, relu, exp, log, sqrt, tanh, sigmoid };

@@ -144,8 +144,7 @@ void randn(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream)
       }
     }
   };
-  // One reference: std::function keeps it without allocating.
-  parallel_chunks(groups, 512, [&chunk](std::int64_t lo, std::int64_t hi) { chunk(lo, hi); });
+  parallel_chunks(groups, 512, chunk);
 }
 
 }  // namespace cotensor::detail::cpu
