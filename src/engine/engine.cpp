@@ -21,10 +21,6 @@
 #include <system_error>
 #include <thread>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 #if COTENSOR_WITH_NVTX
 #include <nvtx3/nvToolsExt.h>
 #endif
@@ -42,12 +38,6 @@ thread_local tracker* current_scope_tracker = nullptr;
 // Live counts for leak checks. Relaxed: they are read only once the work is done.
 std::atomic<std::int64_t> buffers_alive{0};
 std::atomic<std::int64_t> op_nodes_alive{0};
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#endif
-}
 
 // oneTBB keeps a slot for a joining caller thread and starts at most max_allowed_parallelism - 1
 // workers; our callers only enqueue, so raise the process-wide limit to workers + 1. With

@@ -9,6 +9,14 @@
 
 namespace cotensor::detail {
 
+/// Tells the CPU this thread is spinning (x86 `pause`): cheaper for the sibling hyperthread and
+/// for the lock's owner when the wait ends.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
 /// A lock for critical sections of a few dozen instructions that never block inside (the
 /// buffers' read/write queues, the generation tracker). Uncontended it is one atomic exchange
 /// and one release store, where a pthread mutex is two calls and two atomic read-modify-writes;
@@ -21,7 +29,7 @@ public:
     while (locked_.exchange(true, std::memory_order_acquire)) {
       while (locked_.load(std::memory_order_relaxed)) {
         if (++spins < 128) {
-          pause();
+          cpu_relax();
         } else {
           std::this_thread::yield();
         }
@@ -35,12 +43,6 @@ public:
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
 private:
-  static void pause() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    _mm_pause();
-#endif
-  }
-
   std::atomic<bool> locked_{false};
 };
 
