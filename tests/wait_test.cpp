@@ -8,6 +8,8 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -202,6 +204,80 @@ TEST_SUITE("wait") {
     io.restart();
     io.run();
     CHECK(calls == 1);
+  }
+
+  TEST_CASE("destroying an io_context destroys its pending waits' handlers unrun; the op runs on" *
+            doctest::timeout(20)) {
+    std::promise<void> gate;
+    auto held = gated(full({2}, 4.0F), gate.get_future().share());
+    auto alive = std::make_shared<int>(0);
+    bool called = false;
+    {
+      asio::io_context io;
+      held.async_wait(
+          asio::bind_executor(io, [&called, alive](std::exception_ptr) { called = true; }));
+      CHECK(alive.use_count() == 2);
+    }
+    CHECK(alive.use_count() == 1);  // the context's shutdown destroyed the handler
+    gate.set_value();               // the op ends after the context is gone: nothing is posted
+    CHECK(held.to_vector() == std::vector<float>{4, 4});
+    wait_all();
+    CHECK_FALSE(called);
+  }
+
+  TEST_CASE("destroying an io_context destroys a coroutine suspended on ready()" *
+            doctest::timeout(20)) {
+    struct sentinel {
+      bool* destroyed;
+      ~sentinel() { *destroyed = true; }
+    };
+    std::promise<void> gate;
+    auto held = gated(full({1}, 2.0F), gate.get_future().share());
+    bool destroyed = false;
+    bool resumed = false;
+    {
+      asio::io_context io;
+      asio::co_spawn(
+          io,
+          [&]() -> asio::awaitable<void> {
+            sentinel s{&destroyed};
+            co_await held.ready();
+            resumed = true;
+          },
+          asio::detached);
+      io.poll();  // runs the coroutine until it suspends on the wait
+      CHECK_FALSE(destroyed);
+    }
+    CHECK(destroyed);
+    gate.set_value();
+    CHECK(held.item() == 2.0F);
+    CHECK_FALSE(resumed);
+  }
+
+  TEST_CASE("an op completing while its waiter's io_context is destroyed neither runs nor leaks "
+            "the handler" *
+            doctest::timeout(60)) {
+    for (int i = 0; i < 200; ++i) {
+      std::promise<void> gate;
+      auto held = gated(ones({1}), gate.get_future().share());
+      auto alive = std::make_shared<int>(0);
+      bool called = false;
+      {
+        asio::io_context io;
+        held.async_wait(
+            asio::bind_executor(io, [&called, alive](std::exception_ptr) { called = true; }));
+        gate.set_value();
+        if (i % 2 == 0) {
+          std::this_thread::yield();
+        }
+      }  // races the op's completion: it either posted (the context destroys the posted
+         // handler) or finds the wait abandoned
+      held.wait();
+      while (alive.use_count() > 1) {  // the backend thread may still be letting go of it
+        std::this_thread::yield();
+      }
+      CHECK_FALSE(called);
+    }
   }
 
   TEST_CASE("when_all of tensors rethrows the first error in argument order" *

@@ -9,7 +9,9 @@
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/execution/context.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/execution_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 #include <boost/system/system_error.hpp>

@@ -69,6 +69,9 @@ public:
   /// Cancellation: every type (terminal, partial, total). A cancelled wait completes promptly
   /// with a `boost::system::system_error` holding `asio::error::operation_aborted`; the op runs
   /// on and its buffers stay alive until it ends.
+  /// Shutdown: destroying the handler's execution context (say, the `io_context`) while the
+  /// wait is pending destroys the handler without running it, as Asio does for its own
+  /// operations (a suspended coroutine's frame is destroyed); the op runs on.
   /// Thread safety: any thread.
   template <class Token>
   auto async_wait(Token&& token) const {

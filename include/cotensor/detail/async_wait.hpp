@@ -8,27 +8,102 @@
 
 #include <atomic>
 #include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 namespace cotensor::detail {
 
+/// A wait whose handler an execution context's shutdown may have to destroy unrun.
+class pending_wait {
+public:
+  pending_wait() = default;
+  pending_wait(const pending_wait&) = delete;
+  pending_wait& operator=(const pending_wait&) = delete;
+
+  /// Takes a reference that keeps this wait alive until `abandon` returns.
+  virtual void retain() noexcept = 0;
+  /// Destroys the handler and its work guard without running them, then drops the reference
+  /// `retain` took. Called once, on the thread shutting the context down.
+  virtual void abandon() noexcept = 0;
+
+protected:
+  virtual ~pending_wait() = default;  // virtual only because wait_registry, a friend, may see it
+
+private:
+  friend class wait_registry;
+  pending_wait* prev_ = nullptr;
+  pending_wait* next_ = nullptr;
+  bool listed_ = false;
+};
+
+/// The waits whose handlers are bound to one execution context and not yet handed to it.
+///
+/// Shared by the context's `wait_service` and by each wait, so a wait that the engine completes
+/// after the context is gone still finds it. While `claim` holds the lock, the context cannot
+/// finish shutting down: a completion posts under it, and never to a destroyed context.
+class wait_registry {
+public:
+  /// Lists `w`; false when the context is shutting down (the caller then abandons `w`).
+  bool enlist(pending_wait& w);
+  /// If `w` is still listed, unlists it and returns the lock held: the caller may hand `w`'s
+  /// handler to the context until it lets go. Otherwise (claimed already, or abandoned by a
+  /// shutdown) returns an empty lock.
+  std::unique_lock<std::mutex> claim(pending_wait& w);
+  /// Refuses new waits and abandons the listed ones; from the service's `shutdown`.
+  void shut_down() noexcept;
+
+  /// The registry of `context`, made on first use.
+  static std::shared_ptr<wait_registry> of(asio::execution_context& context);
+
+private:
+  std::mutex mutex_;
+  pending_wait* head_ = nullptr;
+  bool shut_ = false;
+};
+
+/// Owns a context's `wait_registry`; its `shutdown`, called when the context is destroyed,
+/// destroys the handlers of waits still pending there, as Asio does for its own operations.
+class wait_service final : public asio::execution_context::service {
+public:
+  static inline asio::execution_context::id id;
+
+  explicit wait_service(asio::execution_context& context)
+      : asio::execution_context::service(context), registry_(std::make_shared<wait_registry>()) {}
+
+  const std::shared_ptr<wait_registry>& registry() const noexcept { return registry_; }
+
+private:
+  void shutdown() override { registry_->shut_down(); }
+
+  std::shared_ptr<wait_registry> registry_;
+};
+
 /// Completes an Asio handler when the engine completes the wait, or when the wait is cancelled.
 ///
-/// Who owns it: a reference for the engine (dropped in `complete`) and, while a cancellation
-/// slot holds our handler, one for the slot (dropped when the slot lets go of it). Whoever
-/// claims `claimed_` first — completion or cancellation — moves the user's handler and the work
-/// guard out and posts the handler to its associated executor; the other does nothing. So a
-/// cancelled wait releases its executor at once, while the awaited op runs on.
+/// Who owns it: a reference for the engine (dropped in `complete`), one for a cancellation slot
+/// while the slot holds our handler, and one for a shutdown while it abandons the wait. Whoever
+/// claims the wait from its context's registry first (completion, cancellation or the context's
+/// shutdown) takes the user's handler and the work guard; the others do nothing. Completion and
+/// cancellation post the handler to its associated executor, so a cancelled wait releases its
+/// executor at once while the awaited op runs on; a shutdown destroys the handler unrun.
 template <class Handler>
-class async_waiter final : public waiter {
+class async_waiter final : public waiter, public pending_wait {
 public:
   using executor_type = asio::associated_executor_t<Handler, asio::any_io_executor>;
 
   template <class Start>
   static void launch(Handler handler, Start&& start) {
     auto* self = new async_waiter(std::move(handler));
+    self->registry_ = wait_registry::of(asio::query(self->work_, asio::execution::context));
+    if (!self->registry_->enlist(*self)) {
+      // The context is being destroyed: like Asio's own operations, the handler never runs.
+      delete self;
+      return;
+    }
     self->trace_ = trace_wait_begin("async_wait");
-    auto slot = asio::get_associated_cancellation_slot(self->handler_);
+    auto slot = asio::get_associated_cancellation_slot(*self->handler_);
     if (slot.is_connected()) {
       self->refs_.fetch_add(1, std::memory_order_relaxed);
       slot.template emplace<cancel_handler>(self);
@@ -37,10 +112,19 @@ public:
   }
 
   void complete(std::exception_ptr error) noexcept override {
-    if (!claimed_.exchange(true, std::memory_order_acq_rel)) {
+    if (auto claimed = registry_->claim(*this)) {
       // Post, never dispatch: we may be inside the initiating call or on a backend thread.
       finish(std::move(error));
     }
+    release();
+  }
+
+  void retain() noexcept override { refs_.fetch_add(1, std::memory_order_relaxed); }
+
+  void abandon() noexcept override {
+    handler_.reset();
+    work_ = work_executor();
+    trace_ = {};
     release();
   }
 
@@ -56,13 +140,14 @@ private:
     ~cancel_handler() { self->release(); }
 
     void operator()(asio::cancellation_type type) {
-      if (type == asio::cancellation_type::none ||
-          self->claimed_.exchange(true, std::memory_order_acq_rel)) {
+      if (type == asio::cancellation_type::none) {
         return;
       }
-      // The wait is abandoned; the awaited op runs on. From a cancellation handler: post.
-      self->finish(
-          std::make_exception_ptr(boost::system::system_error(asio::error::operation_aborted)));
+      if (auto claimed = self->registry_->claim(*self)) {
+        // The wait is abandoned; the awaited op runs on. From a cancellation handler: post.
+        self->finish(
+            std::make_exception_ptr(boost::system::system_error(asio::error::operation_aborted)));
+      }
     }
 
     async_waiter* self;
@@ -71,17 +156,19 @@ private:
   explicit async_waiter(Handler handler)
       : handler_(std::move(handler)),
         work_(asio::prefer(
-            work_executor(asio::get_associated_executor(handler_, fallback_executor())),
+            work_executor(asio::get_associated_executor(*handler_, fallback_executor())),
             asio::execution::outstanding_work.tracked)) {}
 
-  // Runs the handler with `error` on its executor; called once, by whoever claimed it.
+  // Runs the handler with `error` on its executor; called once, by whoever claimed it, with the
+  // registry's lock held (so the context is alive until every copy of `work_` here is gone).
   void finish(std::exception_ptr error) {
     auto work = std::move(work_);
-    asio::post(work, [handler = std::move(handler_), work, error = std::move(error),
+    asio::post(work, [handler = std::move(*handler_), work, error = std::move(error),
                       trace = std::move(trace_)]() mutable {
       trace_wait_end(trace);
       std::move(handler)(std::move(error));
     });
+    handler_.reset();
   }
 
   void release() noexcept {
@@ -90,12 +177,11 @@ private:
     }
   }
 
-  Handler handler_;
+  std::optional<Handler> handler_;
   work_executor work_;
+  std::shared_ptr<wait_registry> registry_;
   traced_wait_handle trace_;
   std::atomic<int> refs_{1};
-  // false: nobody has completed the handler yet; true: completion or cancellation took it.
-  std::atomic<bool> claimed_{false};
 };
 
 /// Starts a wait as a universal Asio async operation with signature `void(std::exception_ptr)`.
