@@ -13,22 +13,40 @@
 namespace cotensor {
 namespace {
 
-// Microseconds, as trace-event JSON wants them.
+// Microseconds with three decimals, as trace-event JSON wants them: exact to the nanosecond,
+// and built from integers so that no global locale can turn the point into a comma.
 std::string micros(std::int64_t ns) {
-  std::ostringstream os;
-  os.setf(std::ios::fixed);
-  os.precision(3);
-  os << static_cast<double>(ns) / 1000.0;
-  return os.str();
+  const std::uint64_t magnitude =
+      ns < 0 ? 0 - static_cast<std::uint64_t>(ns) : static_cast<std::uint64_t>(ns);
+  const std::string fraction = std::to_string(magnitude % 1000);
+  return (ns < 0 ? "-" : "") + std::to_string(magnitude / 1000) + '.' +
+         std::string(3 - fraction.size(), '0') + fraction;
 }
 
+// Escapes for a JSON string (also fine inside a DOT label). Control characters other than the
+// common three become '?': Perfetto's JSON tokenizer rejects a raw one, and older versions of it
+// reject \u escapes too, either way failing the whole file.
 std::string json_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
-    if (c == '"' || c == '\\') {
+    switch (c) {
+    case '"':
+    case '\\':
       out += '\\';
+      out += c;
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    default:
+      out += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
     }
-    out += c;
   }
   return out;
 }
@@ -83,6 +101,22 @@ std::string trace::to_dot() const {
   return os.str();
 }
 
+// Chrome trace-event JSON, written so that three importers agree on it: Perfetto's (trace
+// processor: src/trace_processor/importers/json), chrome://tracing's (catapult's
+// trace_event_importer) and the DevTools Performance panel's (models/trace, the viewer Chromium
+// still ships). What each needs:
+//  - No "displayTimeUnit": older trace processors read "ns" there as "ts is in nanoseconds" and
+//    squeezed the whole timeline 1000x; current ones ignore it.
+//  - tid 0 is not used: Perfetto reserves thread 0 for the idle (swapper) thread.
+//  - Slices on one thread nest or are disjoint: Perfetto and DevTools drop a complete ("X")
+//    slice that starts inside another and ends after it. Waits that do not block their thread
+//    (`async_wait`: the thread runs other work meanwhile) are therefore async slices ("b"/"e"
+//    with an id) on the process, not slices on the thread.
+//  - Each flow event ("s", "f") has the timestamp, thread and category of the slice it belongs
+//    to, that slice being the innermost one starting there: DevTools binds a flow event only to
+//    a slice with exactly those; Perfetto binds it to the innermost open slice on its thread;
+//    catapult to the innermost slice containing its timestamp ("bp":"e" for the end).
+//    Enqueue and op slices share the category "op" so that a flow can join them.
 std::string trace::to_chrome_json() const {
   std::ostringstream os;
   bool first = true;
@@ -90,8 +124,13 @@ std::string trace::to_chrome_json() const {
     os << (first ? "\n  " : ",\n  ") << '{' << body << '}';
     first = false;
   };
-  auto where = [](int thread) { return "\"pid\":1,\"tid\":" + std::to_string(thread); };
-  os << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
+  auto where = [](int thread) { return "\"pid\":1,\"tid\":" + std::to_string(thread + 1); };
+  auto thread_name = [this](int thread) {
+    return thread >= 0 && static_cast<std::size_t>(thread) < thread_names.size()
+               ? json_escape(thread_names[static_cast<std::size_t>(thread)])
+               : std::string("?");
+  };
+  os << "{\"traceEvents\":[";
   event("\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"cotensor\"}");
   for (std::size_t i = 0; i < thread_names.size(); ++i) {
     event("\"ph\":\"M\"," + where(static_cast<int>(i)) +
@@ -99,12 +138,20 @@ std::string trace::to_chrome_json() const {
     event("\"ph\":\"M\"," + where(static_cast<int>(i)) +
           ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":" + std::to_string(i) + "}");
   }
+  // A flow from the slice starting at `from_ts` on `from_thread` to the one at `to_ts`.
   std::uint64_t flow = 0;
+  auto arrow = [&](const char* name, int from_thread, std::int64_t from_ts, int to_thread,
+                   std::int64_t to_ts) {
+    const std::string head = std::string("\"cat\":\"op\",\"name\":\"") + name +
+                             "\",\"id\":" + std::to_string(++flow) + ",";
+    event("\"ph\":\"s\"," + head + where(from_thread) + ",\"ts\":" + micros(from_ts));
+    event("\"ph\":\"f\",\"bp\":\"e\"," + head + where(to_thread) + ",\"ts\":" + micros(to_ts));
+  };
   for (const auto& op : ops) {
     const std::string name = json_escape(op.name);
     const std::int64_t issued = op.issued >= 0 ? op.issued : op.enqueued;
     // The frontend's issue call, then the op on its worker, joined by a flow arrow.
-    event("\"ph\":\"X\",\"cat\":\"enqueue\",\"name\":\"enqueue " + name + "\"," +
+    event("\"ph\":\"X\",\"cat\":\"op\",\"name\":\"enqueue " + name + "\"," +
           where(op.frontend_thread) + ",\"ts\":" + micros(op.enqueued) +
           ",\"dur\":" + micros(std::max<std::int64_t>(issued - op.enqueued, 0)) +
           ",\"args\":{\"op\":" + std::to_string(op.id) + "}");
@@ -122,32 +169,32 @@ std::string trace::to_chrome_json() const {
           "\",\"bytes\":" + std::to_string(op.bytes) + ",\"depends_on\":[" + deps +
           "],\"ready_us\":" + micros(op.ready) + ",\"failed\":" + (op.failed ? "true" : "false") +
           "}");
-    const std::string id = std::to_string(++flow);
-    event("\"ph\":\"s\",\"cat\":\"enqueue\",\"name\":\"enqueue\",\"id\":" + id + "," +
-          where(op.frontend_thread) + ",\"ts\":" + micros(op.enqueued));
-    event("\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"enqueue\",\"name\":\"enqueue\",\"id\":" + id + "," +
-          where(op.backend_thread) + ",\"ts\":" + micros(op.started));
+    arrow("enqueue", op.frontend_thread, op.enqueued, op.backend_thread, op.started);
     for (auto d : op.depends_on) {
       const traced_op& producer = ops[d];
-      if (producer.backend_thread < 0 || producer.ended < 0) {
-        continue;
+      if (producer.started >= 0 && producer.backend_thread >= 0) {
+        arrow("dependency", producer.backend_thread, producer.started, op.backend_thread,
+              op.started);
       }
-      const std::string dep_id = std::to_string(++flow);
-      event("\"ph\":\"s\",\"cat\":\"dependency\",\"name\":\"dependency\",\"id\":" + dep_id + "," +
-            where(producer.backend_thread) +
-            ",\"ts\":" + micros(std::max(producer.started, producer.ended - 1)));
-      event("\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"dependency\",\"name\":\"dependency\",\"id\":" +
-            dep_id + "," + where(op.backend_thread) + ",\"ts\":" + micros(op.started));
     }
   }
-  for (const auto& w : waits) {
+  for (std::size_t i = 0; i < waits.size(); ++i) {
+    const traced_wait& w = waits[i];
     if (w.resumed < 0) {
       continue;
     }
-    event("\"ph\":\"X\",\"cat\":\"wait\",\"name\":\"" + json_escape(w.kind) + "\"," +
-          where(w.thread) + ",\"ts\":" + micros(w.suspended) +
-          ",\"dur\":" + micros(std::max<std::int64_t>(w.resumed - w.suspended, 0)) +
-          ",\"args\":{\"resumed_on\":" + std::to_string(w.resumed_on) + "}");
+    const std::string head = "\"cat\":\"wait\",\"name\":\"" + json_escape(w.kind) + "\",";
+    const std::string args = ",\"args\":{\"resumed_on\":\"" + thread_name(w.resumed_on) + "\"}";
+    if (std::string_view(w.kind).starts_with("async")) {
+      // The thread was free meanwhile: an async slice, from the suspension to the resumption.
+      const std::string id = "\"id\":" + std::to_string(i + 1) + ",";
+      event("\"ph\":\"b\"," + head + id + where(w.thread) + ",\"ts\":" + micros(w.suspended) +
+            args);
+      event("\"ph\":\"e\"," + head + id + where(w.resumed_on) + ",\"ts\":" + micros(w.resumed));
+      continue;
+    }
+    event("\"ph\":\"X\"," + head + where(w.thread) + ",\"ts\":" + micros(w.suspended) +
+          ",\"dur\":" + micros(std::max<std::int64_t>(w.resumed - w.suspended, 0)) + args);
   }
   os << "\n]}\n";
   return os.str();

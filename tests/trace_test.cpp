@@ -8,11 +8,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 using namespace cotensor;
 namespace asio = boost::asio;
@@ -23,6 +26,65 @@ const traced_op& find_op(const trace& t, std::string_view name) {
   auto it = std::ranges::find_if(t.ops, [&](const traced_op& op) { return op.name == name; });
   REQUIRE(it != t.ops.end());
   return *it;
+}
+
+std::int64_t nanos(const boost::json::value& micros) {
+  return std::llround(micros.to_number<double>() * 1000.0);
+}
+
+// What the JSON importers of Perfetto, chrome://tracing and the DevTools Performance panel need
+// beyond valid JSON (see trace::to_chrome_json): no displayTimeUnit, no tid 0, the complete
+// slices of a thread nested or disjoint, and each flow event at the timestamp, on the thread
+// and in the category of a slice.
+void check_viewer_rules(const boost::json::object& doc) {
+  CHECK_FALSE(doc.contains("displayTimeUnit"));
+  struct slice {
+    std::int64_t begin = 0;
+    std::int64_t end = 0;
+    std::string cat;
+  };
+  using thread_key = std::pair<std::int64_t, std::int64_t>;  // pid, tid
+  std::map<thread_key, std::vector<slice>> slices;
+  std::vector<const boost::json::object*> flows;
+  for (const auto& e : doc.at("traceEvents").as_array()) {
+    const auto& obj = e.as_object();
+    const auto& ph = obj.at("ph").as_string();
+    if (obj.contains("tid")) {
+      CHECK(obj.at("tid").as_int64() >= 1);  // Perfetto's tid 0 is the idle thread
+    }
+    if (ph == "X") {
+      const auto begin = nanos(obj.at("ts"));
+      slices[{obj.at("pid").as_int64(), obj.at("tid").as_int64()}].push_back(
+          {begin, begin + nanos(obj.at("dur")), std::string(obj.at("cat").as_string())});
+    } else if (ph == "s" || ph == "f") {
+      flows.push_back(&obj);
+    }
+  }
+  for (auto& [thread, list] : slices) {
+    std::ranges::sort(list, [](const slice& a, const slice& b) {
+      return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
+    });
+    std::vector<std::int64_t> open;  // ends of the slices around the current one
+    for (const auto& s : list) {
+      while (!open.empty() && open.back() <= s.begin) {
+        open.pop_back();
+      }
+      CAPTURE(thread.second);
+      CAPTURE(s.begin);
+      CHECK((open.empty() || s.end <= open.back()));  // nested, never partially overlapping
+      open.push_back(s.end);
+    }
+  }
+  for (const auto* f : flows) {
+    const auto& list = slices[{f->at("pid").as_int64(), f->at("tid").as_int64()}];
+    const auto ts = nanos(f->at("ts"));
+    CAPTURE(ts);
+    CHECK(std::ranges::any_of(
+        list, [&](const slice& s) { return s.begin == ts && s.cat == f->at("cat").as_string(); }));
+    if (f->at("ph").as_string() == "f") {
+      CHECK(f->at("bp").as_string() == "e");  // bind to the enclosing slice, not the next one
+    }
+  }
 }
 
 }  // namespace
@@ -63,6 +125,7 @@ TEST_SUITE("trace") {
     REQUIRE(t.waits.size() == 1);
     CHECK(t.waits[0].kind == "wait");
     CHECK(t.waits[0].resumed >= t.waits[0].suspended);
+    check_viewer_rules(boost::json::parse(t.to_chrome_json()).as_object());
     const std::string dot = t.to_dot();
     CHECK(dot.find("op2 -> op4 [style=dashed") != std::string::npos);
     CHECK(dot.find("t0 -> op2") != std::string::npos);
@@ -81,6 +144,7 @@ TEST_SUITE("trace") {
     CHECK(ok);
     trace t = stop_trace();
     auto doc = boost::json::parse(t.to_chrome_json());
+    check_viewer_rules(doc.as_object());
     const auto& events = doc.at("traceEvents").as_array();
     std::set<std::string> phases;
     std::set<std::string> names;
@@ -99,8 +163,50 @@ TEST_SUITE("trace") {
     CHECK(names.count("matmul") == 1);
     CHECK(names.count("enqueue matmul") == 1);
     CHECK(names.count("async_wait") == 1);  // the coroutine's suspension
+    CHECK(phases.count("b") == 1);          // as an async slice: the thread was free meanwhile
     CHECK(flows_started == 3);              // enqueue->run for randn and matmul, randn->matmul
     CHECK(flows_finished == flows_started);
+  }
+
+  TEST_CASE("the Chrome trace keeps overlapping async waits off the thread tracks") {
+    // Two coroutines on one thread: A suspends, B suspends, A resumes, B resumes. As complete
+    // slices on thread 0 they would overlap partially, and Perfetto and DevTools drop one.
+    trace t;
+    t.thread_names = {"frontend 0", "worker 0"};
+    traced_op op;
+    op.name = "odd \"name\"\n\x01";
+    op.enqueued = 1'000;
+    op.issued = 2'000;
+    op.ready = 1'500;
+    op.started = 3'000;
+    op.ended = 9'000;
+    op.backend_thread = 1;
+    t.ops.push_back(op);
+    t.waits.push_back({"async_wait", 0, 0, 2'500, 8'000});
+    t.waits.push_back({"async_wait", 0, 1, 4'000, 12'000});
+    t.waits.push_back({"wait", 0, 0, 13'000, 14'000});  // blocks its thread: a slice on it
+    auto doc = boost::json::parse(t.to_chrome_json());
+    check_viewer_rules(doc.as_object());
+    std::map<std::string, int> count;
+    std::set<std::int64_t> ids;
+    for (const auto& e : doc.at("traceEvents").as_array()) {
+      const auto& obj = e.as_object();
+      const std::string key =
+          std::string(obj.at("ph").as_string()) + " " + std::string(obj.at("name").as_string());
+      ++count[key];
+      if (key == "b async_wait") {
+        ids.insert(obj.at("id").as_int64());
+      }
+      if (key == "X odd \"name\"\n?") {
+        CHECK(obj.at("tid").as_int64() == 2);  // worker 0: thread 1, tid 2
+      }
+    }
+    CHECK(count["b async_wait"] == 2);
+    CHECK(count["e async_wait"] == 2);
+    CHECK(ids.size() == 2);
+    CHECK(count["X wait"] == 1);
+    CHECK(count["X async_wait"] == 0);
+    CHECK(count["X odd \"name\"\n?"] == 1);  // control characters other than \n become '?'
   }
 
   TEST_CASE("a tiny op ready at its call runs on the issuing thread, a large one on a worker" *
@@ -122,6 +228,7 @@ TEST_SUITE("trace") {
         t.thread_names.at(static_cast<std::size_t>(t.ops[1].backend_thread)).starts_with("worker"));
     CHECK(
         t.thread_names.at(static_cast<std::size_t>(t.ops[2].backend_thread)).starts_with("worker"));
+    check_viewer_rules(boost::json::parse(t.to_chrome_json()).as_object());  // inline op: nested
     CHECK(small.to_vector() == std::vector<float>(4, 2.0F));
     CHECK(chained.to_vector()[0] == 3.0F);
   }

@@ -22,12 +22,29 @@ except ImportError:
 COLOURS = {"enqueue": "#4c72b0", "op": "#dd8452", "wait": "#8c8c8c"}
 
 
+def kind(event):
+    """enqueue, op or wait: the bar colour of a slice."""
+    if event.get("cat") == "op" and event["name"].startswith("enqueue "):
+        return "enqueue"  # enqueue slices share the category "op" with the op they issue
+    return event.get("cat")
+
+
 def load(path):
     with open(path) as f:
         events = json.load(f)["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events
              if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    slices = [e for e in events if e.get("ph") == "X"]
+    slices = [dict(e, kind=kind(e)) for e in events if e.get("ph") == "X"]
+    # Waits that leave their thread free (async_wait) are async slices: a "b" and an "e" event
+    # with one id. Draw them on the row of the thread that began them.
+    begins = {}
+    for e in events:
+        key = (e.get("cat"), e.get("name"), e.get("id"))
+        if e.get("ph") == "b":
+            begins[key] = e
+        elif e.get("ph") == "e" and key in begins:
+            b = begins.pop(key)
+            slices.append(dict(b, ph="X", dur=e["ts"] - b["ts"], kind=kind(b)))
     return names, slices
 
 
@@ -51,7 +68,7 @@ def main():
     for cat, colour in COLOURS.items():
         rows = {}
         for s in slices:
-            if s.get("cat") == cat:
+            if s["kind"] == cat:
                 rows.setdefault(row[s["tid"]], []).append(
                     ((s["ts"] - t0) / 1000.0, max(s["dur"], 0.5) / 1000.0))
         for r, spans in rows.items():
@@ -60,11 +77,11 @@ def main():
 
     starts = {}
     for s in slices:
-        if s.get("cat") == "op":
+        if s["kind"] == "op":
             starts[s["args"]["op"]] = s
     links = 0
     for s in slices:
-        if s.get("cat") != "enqueue" or links >= args.links:
+        if s["kind"] != "enqueue" or links >= args.links:
             continue
         op = starts.get(s["args"]["op"])
         if op is None:

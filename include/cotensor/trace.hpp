@@ -49,8 +49,9 @@ public:
 
   /// The dependency graph as Graphviz DOT: ops and buffers as nodes, reads and writes as edges.
   std::string to_dot() const;
-  /// Chrome trace-event JSON (opens in Perfetto and chrome://tracing): a track per thread, a
-  /// slice per op and per wait, flow arrows from enqueue to execution and producer to consumer.
+  /// Chrome trace-event JSON (for Perfetto and chrome://tracing): a track per thread, a slice
+  /// per op and per blocking wait, an async slice on the process per `async_wait` (its thread
+  /// is free meanwhile), flow arrows from enqueue to execution and producer to consumer.
   std::string to_chrome_json() const;
   /// Writes `to_chrome_json()` to `path`; throws std::system_error if it cannot.
   void save(const std::string& path) const;
