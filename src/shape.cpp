@@ -1,6 +1,6 @@
 #include "cotensor/shape.hpp"
 
-#include <limits>
+#include <algorithm>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
@@ -13,11 +13,23 @@ shape::shape(std::initializer_list<std::int64_t> extents) {
 
 shape::shape(std::span<const std::int64_t> extents) { assign(extents); }
 
-shape::shape(const shape& other) { assign(other.extents()); }
+// A copy is valid already: no checks, and the inline extents copied whole (no loop).
+shape::shape(const shape& other)
+    : large_(other.rank_ > inline_rank ? other.large_ : std::vector<std::int64_t>{}),
+      rank_(other.rank_), numel_(other.numel_) {
+  std::copy_n(other.small_, inline_rank, small_);
+}
 
 shape& shape::operator=(const shape& other) {
   if (this != &other) {
-    assign(other.extents());
+    if (other.rank_ > inline_rank) {
+      large_ = other.large_;
+    } else {
+      large_.clear();
+    }
+    std::copy_n(other.small_, inline_rank, small_);
+    rank_ = other.rank_;
+    numel_ = other.numel_;
   }
   return *this;
 }
@@ -28,10 +40,9 @@ void shape::assign(std::span<const std::int64_t> extents) {
     if (e < 0) {
       throw std::invalid_argument("cotensor::shape: negative extent " + std::to_string(e));
     }
-    if (e != 0 && n > std::numeric_limits<std::int64_t>::max() / e) {
+    if (__builtin_mul_overflow(n, e, &n)) {
       throw std::invalid_argument("cotensor::shape: element count overflows");
     }
-    n *= e;
   }
   rank_ = extents.size();
   numel_ = n;

@@ -18,6 +18,7 @@
 #include <string>
 #include <sys/resource.h>
 #include <thread>
+#include <vector>
 
 using namespace cotensor;
 using cotensor::test::gated;
@@ -303,6 +304,39 @@ TEST_SUITE("runtime") {
     faults::reset();
     io.run();
     CHECK(resumed == 10);
+    const auto after = runtime::current().stats();
+    CHECK(after.live_buffers == before.live_buffers);
+    CHECK(after.live_ops == 0);
+  }
+  TEST_CASE("live counts stay exact when buffers are made and freed on different, short-lived "
+            "threads" *
+            doctest::timeout(60)) {
+    // Each thread counts in a slot of its own, handed to the next thread when it ends: the
+    // sums must not lose what ended threads counted, nor count a reused slot twice.
+    wait_all();
+    const auto before = runtime::current().stats();
+    std::vector<tensor> made;
+    for (int round = 0; round < 4; ++round) {
+      std::vector<std::thread> threads;
+      std::vector<tensor> out(16);
+      for (std::size_t t = 0; t < out.size(); ++t) {
+        threads.emplace_back([&out, t, &made, round] {
+          out[t] = full({8}, static_cast<float>(t)) + 1.0F;
+          out[t].wait();
+          if (round > 0) {
+            made[t] = tensor{};  // frees, on this thread, a buffer made on an ended one
+          }
+        });
+      }
+      for (auto& th : threads) {
+        th.join();
+      }
+      wait_all();  // the ops' nodes (and the buffers they hold) are gone once it returns
+      CHECK(runtime::current().stats().live_buffers == before.live_buffers + 16);
+      made = std::move(out);
+    }
+    made.clear();  // freed on this thread: made on ended ones
+    wait_all();
     const auto after = runtime::current().stats();
     CHECK(after.live_buffers == before.live_buffers);
     CHECK(after.live_ops == 0);

@@ -47,7 +47,8 @@ using backend_arena = tbb::task_arena;
 /// Allocates `bytes` aligned to `alignment` (a power of two) from oneTBB's scalable allocator,
 /// or from malloc in sanitizer builds (COTENSOR_SYSTEM_ALLOCATOR). Throws std::bad_alloc.
 void* allocate_bytes(std::size_t bytes, std::size_t alignment);
-void free_bytes(void* p) noexcept;
+/// Frees a block from `allocate_bytes`, given the same `bytes` and `alignment`.
+void free_bytes(void* p, std::size_t bytes, std::size_t alignment) noexcept;
 
 /// Buffers (`storage`) and op nodes alive in the process, for leak checks (runtime_stats).
 std::int64_t live_buffers() noexcept;
@@ -61,7 +62,7 @@ struct allocator {
   template <class U>
   allocator(const allocator<U>& /*other*/) noexcept {}
   T* allocate(std::size_t n) { return static_cast<T*>(allocate_bytes(n * sizeof(T), alignof(T))); }
-  void deallocate(T* p, std::size_t /*n*/) noexcept { free_bytes(p); }
+  void deallocate(T* p, std::size_t n) noexcept { free_bytes(p, n * sizeof(T), alignof(T)); }
   template <class U>
   bool operator==(const allocator<U>& /*other*/) const noexcept {
     return true;
@@ -127,7 +128,7 @@ struct op_node {
   // Ops are made on the frontend and freed on a worker: a scalable allocator avoids the
   // cross-thread contention of malloc.
   static void* operator new(std::size_t size);
-  static void operator delete(void* p) noexcept;
+  static void operator delete(void* p, std::size_t size) noexcept;
 };
 
 /// The dependency engine and the CPU backend of one runtime.

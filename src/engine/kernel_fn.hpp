@@ -8,7 +8,7 @@
 namespace cotensor::detail {
 
 void* allocate_bytes(std::size_t bytes, std::size_t alignment);  // engine.hpp
-void free_bytes(void* p) noexcept;
+void free_bytes(void* p, std::size_t bytes, std::size_t alignment) noexcept;
 
 /// A `void()` callable stored inside the op node when it fits (most kernels' captures do), so
 /// issuing an op allocates no closure; larger ones come from the engine's pooled allocator
@@ -36,12 +36,12 @@ public:
       try {
         target_ = ::new (p) fn(std::forward<F>(f));
       } catch (...) {
-        free_bytes(p);
+        free_bytes(p, sizeof(fn), alignof(fn));
         throw;
       }
       destroy_ = [](void* q) noexcept {
         static_cast<fn*>(q)->~fn();
-        free_bytes(q);
+        free_bytes(q, sizeof(fn), alignof(fn));
       };
     }
     invoke_ = [](void* p) { (*static_cast<fn*>(p))(); };

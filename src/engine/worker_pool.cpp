@@ -9,7 +9,7 @@ namespace cotensor::detail {
 namespace {
 
 // The pool whose thread this is, or null.
-thread_local worker_pool* current_pool = nullptr;
+thread_local worker_pool* current_pool __attribute__((tls_model("initial-exec"))) = nullptr;
 
 // One parallel_for in progress. Shared with the helper tasks, which may start after the loop
 // has ended: they then find no index left and never touch `body`.
