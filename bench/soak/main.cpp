@@ -3,7 +3,7 @@
 // reference, while coroutines race waits on large ops against short timers (random
 // cancellations). Prints ops/s and RSS every 10 s, and at the end one machine-readable line per
 // figure; exits 1 on any wrong or lost result. Run by hand (not in CI):
-//   build/helper-r/bench/cotensor_bench_soak --seconds 600 [--threads 4] [--coroutines 16]
+//   build/bench/cotensor_bench_soak --seconds 600 [--threads 4] [--coroutines 16]
 
 #include <cotensor/cotensor.hpp>
 
