@@ -13,13 +13,19 @@ faster; for GFLOP/s (higher is better) a ratio above 1 means cotensor is faster.
 Standard library only. The peers need Debian's python3-numpy and python3-torch for
 /usr/bin/python3:  apt-get install -y python3-numpy python3-torch
 
+With --rounds R (default 3) the two run alternately R times, cotensor first, and each value
+is the median over the rounds of the per-round medians: on a shared machine whose speed drifts
+by ±30 % within minutes, alternating exposes both sides to the same drift, where one run of
+each would compare two different machines.
+
 Usage (from the repository root):
-  bench/peers/compare.py [--repeat N] [--build DIR] [--peers PATH] [--out FILE]
+  bench/peers/compare.py [--repeat N] [--rounds R] [--build DIR] [--peers PATH] [--out FILE]
 """
 import argparse
 import datetime
 import os
 import platform
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +97,12 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
+def median_of(rounds):
+    """Per key, the median of its values over the rounds that have it."""
+    keys = {key for r in rounds for key in r}
+    return {key: statistics.median(r[key] for r in rounds if key in r) for key in keys}
+
+
 def fmt(value):
     if value is None:
         return "—"
@@ -131,6 +143,8 @@ def table(ours, peers):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per figure (median)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternate the two this many times (median over rounds)")
     ap.add_argument("--build", default=str(REPO / "build"),
                     help="cotensor build directory (default: build)")
     ap.add_argument("--peers", default=str(REPO.parent / "shared" / "peers" / "chapter.py"),
@@ -139,6 +153,8 @@ def main():
     args = ap.parse_args()
     if args.repeat < 1:
         fail("--repeat needs a positive integer")
+    if args.rounds < 1:
+        fail("--rounds needs a positive integer")
 
     bench = Path(args.build) / "bench" / "cotensor_bench_chapter"
     if not os.access(bench, os.X_OK):
@@ -148,15 +164,21 @@ def main():
         fail(f"peer script {peer_script} not found (use --peers PATH)")
     check_peer_python()
 
-    ours, our_notes = run([bench, "--repeat", args.repeat])
-    peers, peer_notes = run([PEER_PYTHON, peer_script, "--repeat", args.repeat])
+    our_rounds, peer_rounds = [], []
+    for _ in range(args.rounds):
+        ours, our_notes = run([bench, "--repeat", args.repeat])
+        peers, peer_notes = run([PEER_PYTHON, peer_script, "--repeat", args.repeat])
+        our_rounds.append(ours)
+        peer_rounds.append(peers)
+    ours, peers = median_of(our_rounds), median_of(peer_rounds)
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     versions = "; ".join(our_notes + peer_notes + [f"Python {platform.python_version()}"])
     text = (
         table(ours, peers) + "\n\n"
         "Ratios are cotensor / peer: for seconds below 1 means cotensor is faster, for GFLOP/s "
-        "above 1 means cotensor is faster. Every value is the median of "
+        "above 1 means cotensor is faster. Every value is the median over "
+        f"{args.rounds} alternating rounds (cotensor, then the peers) of the median of "
         f"{args.repeat} runs after a warm-up.\n\n"
         f"Measured {now} on {cpu_model()} ({os.cpu_count()} logical cores, "
         f"{platform.system()} {platform.release()}); {versions}.\n")

@@ -173,7 +173,7 @@ private:
   friend struct op_node;
   void dispatch(op_node* op);
   // True for an op small enough to run on the issuing thread if it is ready at its call.
-  bool runs_inline(const op_node& op) const noexcept;
+  bool runs_inline(const op_node& op, std::size_t touched_bytes) const noexcept;
   // Runs the kernel (or skips it after an input's error), then retires the op.
   // Returns the op's own exception (null if it succeeded or inherited one); completes
   // `op->on_done` with it.
