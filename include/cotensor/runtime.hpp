@@ -98,7 +98,8 @@ private:
 ///
 /// Completion: `void(std::exception_ptr)`, null; the handler runs on its associated executor.
 /// Room is not reserved: another thread may take it first. Cancellation: every type, completing
-/// promptly with `operation_aborted`. Thread safety: any thread.
+/// promptly with `operation_aborted`. Shutdown: as `tensor::async_wait`. Thread safety: any
+/// thread.
 template <class Token>
 auto async_admit(Token&& token) {
   return detail::async_wait_with(std::forward<Token>(token),

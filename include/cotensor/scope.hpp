@@ -39,7 +39,8 @@ public:
   /// Completion: `void(std::exception_ptr)`: null, or the first exception any op of this scope
   /// raised (or inherited) since the scope was made — `use_awaitable` rethrows it. The handler
   /// runs on its associated executor, never inside this call. Cancellation: every type;
-  /// completes promptly with `operation_aborted`, and the ops run on.
+  /// completes promptly with `operation_aborted`, and the ops run on. Shutdown: as
+  /// `tensor::async_wait`.
   template <class Token>
   auto async_wait(Token&& token) const {
     return detail::async_wait_with(std::forward<Token>(token), [t = tracker_](detail::waiter& w) {

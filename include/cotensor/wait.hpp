@@ -25,7 +25,8 @@ void wait_all();
 /// Completion: `void(std::exception_ptr)`, always null once the work has ended; the handler runs
 /// on its associated executor (the runtime's fallback executor if it has none), never inside
 /// this call. Cancellation: every type; completes promptly with `operation_aborted` and the ops
-/// run on. Thread safety: any thread.
+/// run on. Shutdown: as `tensor::async_wait` (destroying the handler's execution context
+/// destroys the pending handler unrun). Thread safety: any thread.
 template <class Token>
 auto async_wait_all(Token&& token) {
   return detail::async_wait_with(std::forward<Token>(token),
@@ -41,7 +42,7 @@ inline auto when_all() { return async_wait_all(asio::deferred); }
 /// on the coroutine's executor; rethrows the first error among them, in argument order.
 ///
 /// Returns an Asio deferred operation with signature `void(std::exception_ptr)`; invoke it with
-/// any completion token (`when_all(a, b)(asio::use_future)`). Cancellation: every type, as
+/// any completion token (`when_all(a, b)(asio::use_future)`). Cancellation and shutdown: as
 /// `tensor::async_wait`. Errors: `std::invalid_argument` at the call for an empty tensor.
 template <std::same_as<tensor>... Tensors>
 requires(sizeof...(Tensors) > 0) auto when_all(const Tensors&... ts) {
