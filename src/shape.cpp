@@ -14,10 +14,11 @@ shape::shape(std::initializer_list<std::int64_t> extents) {
 shape::shape(std::span<const std::int64_t> extents) { assign(extents); }
 
 // A copy is valid already: no checks, and the inline extents copied whole (no loop).
-shape::shape(const shape& other)
-    : large_(other.rank_ > inline_rank ? other.large_ : std::vector<std::int64_t>{}),
-      rank_(other.rank_), numel_(other.numel_) {
+shape::shape(const shape& other) : rank_(other.rank_), numel_(other.numel_) {
   std::copy_n(other.small_, inline_rank, small_);
+  if (rank_ > inline_rank) {
+    large_ = other.large_;
+  }
 }
 
 shape& shape::operator=(const shape& other) {
