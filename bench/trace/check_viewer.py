@@ -6,26 +6,22 @@ Run by hand (it needs a browser, so no test runs it). On Debian:
     COTENSOR_TRACE=t1.json build/examples/01_backend_asynchrony
     /usr/bin/python3 bench/trace/check_viewer.py t1.json [more.json ...] [--chromium PATH]
 
-It starts Chromium headless with a DevTools port, and drives it over the DevTools protocol:
-  1. chrome://tracing (catapult's trace viewer) if this Chromium still has it: enables the
-     internal debugging pages, opens it, and imports each trace with the page's own importer
-     (`new tr.Model()`, `new tr.importer.Import(model).importTraces([text])`), reading back
-     `model.importWarnings`, the threads, their slices and `model.flowEvents`. (Written from
-     catapult's source and never run: Debian's Chromium 156 has no chrome://tracing.)
-  2. Otherwise the viewer that remains, the DevTools Performance panel: it opens
-     devtools://devtools/bundled/trace_app.html and parses each trace with the panel's own trace
-     engine (models/trace: `TraceModel.Model.createWithAllHandlers().parse(events)`), reading back
-     the threads the panel would draw (`Handlers.Threads.threadsInTrace`), their slices, the
-     slices its tree builder kept, and the flows it bound (`Flows.flows`). As import warnings it
-     counts: exceptions and console errors during the parse, slices left out of a thread's tree
-     (a slice partially overlapping another), and flows that did not bind to two slices.
+It starts Chromium headless with a DevTools port and drives it over the DevTools protocol. Debian's
+Chromium 156 no longer ships chrome://tracing (catapult's viewer), so it uses the viewer that
+remains, the DevTools Performance panel: it opens devtools://devtools/bundled/trace_app.html and
+parses each trace with the panel's own trace engine (models/trace:
+`TraceModel.Model.createWithAllHandlers().parse(events)`), reading back the threads the panel
+would draw (`Handlers.Threads.threadsInTrace`), their slices, the slices its tree builder kept,
+and the flows it bound (`Flows.flows`). As import warnings it counts: exceptions and console
+errors during the parse, slices left out of a thread's tree (a slice partially overlapping
+another), and flows that did not bind to two slices.
 Then, for every trace, it applies the rules of Perfetto's JSON importer as read from its source
 (src/trace_processor/importers/json, sorter/trace_sorter.h, importers/common/slice_tracker.cc and
 flow_tracker.cc): no displayTimeUnit, no tid 0, complete slices nest, each flow event finds its
 slice on top of its thread's stack. This is a model, not Perfetto; the Perfetto UI is not run.
 
 Prints a summary per trace; exits 1 if a viewer reports an import warning, or a trace has no
-worker thread or no flow, or the Perfetto rules are broken; 2 if no viewer could be loaded.
+worker thread or no flow, or the Perfetto rules are broken; 2 if the viewer could not be loaded.
 """
 import argparse
 import collections
@@ -47,24 +43,6 @@ except ImportError:
 
 CHUNK = 4 << 20  # characters of trace text per DevTools message
 
-CATAPULT_IMPORT = r"""
-(() => {
-  const text = window.__trace.join(''); window.__trace = [];
-  const model = new tr.Model();
-  const errors = [];
-  try { new tr.importer.Import(model).importTraces([text]); }
-  catch (e) { errors.push('exception: ' + e); }
-  const threads = model.getAllThreads().map(t => ({
-    pid: t.parent.pid, process: t.parent.name || '', tid: t.tid, name: t.name || '',
-    slices: t.sliceGroup.slices.length, kept: t.sliceGroup.slices.length,
-    async: t.asyncSliceGroup.slices.length}));
-  const flows = {};
-  for (const f of model.flowEvents) flows[f.title] = (flows[f.title] || 0) + 1;
-  return JSON.stringify({threads, flows, errors, other: [],
-    warnings: model.importWarnings.map(w => w.type + ': ' + w.message)});
-})()
-"""
-
 DEVTOOLS_IMPORT = r"""
 (async () => {
   const text = window.__trace.join(''); window.__trace = [];
@@ -78,13 +56,13 @@ DEVTOOLS_IMPORT = r"""
   catch (e) { errors.push('exception: ' + e); }
   finally { [console.error, console.warn] = saved; }
   const parsed = model.parsedTrace(model.size() - 1);
-  if (!parsed) return JSON.stringify({threads: [], flows: {}, errors, warnings: [], other: []});
+  if (!parsed) return JSON.stringify({threads: [], flows: {}, errors, other: []});
   const data = parsed.data;
   const inTree = data.Renderer.entryToNode;
   const threads = T.Handlers.Threads.threadsInTrace(data).map(t => ({
     pid: t.pid, process: data.Meta.processNames.get(t.pid)?.args?.name || '', tid: t.tid,
     name: t.name || '', slices: t.entries.length,
-    kept: t.entries.filter(e => inTree.has(e)).length, async: 0}));
+    kept: t.entries.filter(e => inTree.has(e)).length}));
   const flows = {};
   for (const flow of data.Flows.flows) {
     const kind = flow[0].name.startsWith('enqueue ') ? 'enqueue' : 'dependency';
@@ -92,7 +70,7 @@ DEVTOOLS_IMPORT = r"""
   }
   // The panel's own warnings are about the traced program (long tasks...), not the import.
   const other = [...(data.Warnings.perWarning || new Map()).keys()];
-  return JSON.stringify({threads, flows, errors, warnings: [], other});
+  return JSON.stringify({threads, flows, errors, other});
 })()
 """
 
@@ -161,24 +139,10 @@ class Browser:
 
 
 def open_viewer(browser):
-    """Returns (viewer name, import script), trying chrome://tracing first."""
-    notes = []
-    # Chromium hides chrome://tracing behind "internal debugging pages"; the switch is a button.
-    if browser.open("chrome://chrome-urls", settle=2.0).startswith("chrome://chrome-urls"):
-        clicked = browser.evaluate(
-            "(() => { const r = document.querySelector('chrome-urls-app')?.shadowRoot;"
-            " const b = r && r.querySelector('cr-button'); if (!b) return false;"
-            " if (!/Enable/i.test(b.innerText)) return true; b.click(); return true; })()")
-        notes.append("internal debugging pages " + ("enabled" if clicked else "switch not found"))
-    href = browser.open("chrome://tracing")
-    has_tr = browser.evaluate("typeof tr !== 'undefined' && typeof tr.Model === 'function'")
-    if has_tr:
-        return "chrome://tracing (catapult trace viewer)", CATAPULT_IMPORT, notes
-    notes.append(f"chrome://tracing is not in this build (navigation ended at {href})")
+    """Opens the DevTools frontend, whose trace engine check() runs."""
     href = browser.open("devtools://devtools/bundled/trace_app.html")
     if not href.startswith("devtools://"):
         raise RuntimeError(f"the DevTools frontend did not load (ended at {href})")
-    return "DevTools Performance panel trace engine (models/trace)", DEVTOOLS_IMPORT, notes
 
 
 def ns(value):
@@ -231,23 +195,22 @@ def perfetto_rules(doc):
     return problems
 
 
-def check(browser, script, path):
+def check(browser, path):
     text = open(path).read()
     doc = json.loads(text)
     events = doc["traceEvents"]
     in_file = collections.Counter(e["ph"] for e in events)
     browser.send_text(text)
-    result = json.loads(browser.evaluate(script))
+    result = json.loads(browser.evaluate(DEVTOOLS_IMPORT))
     threads = result["threads"]
     flows = sum(result["flows"].values())
-    issues = result["errors"] + result["warnings"]
+    issues = list(result["errors"])
     print(f"{path}: {len(events)} events in the file: {in_file['X']} slices, "
           f"{in_file['s']} flows, {in_file['b']} async slices")
     for t in sorted(threads, key=lambda t: (t["pid"], t["tid"])):
         kept = "" if t["kept"] == t["slices"] else f" ({t['slices'] - t['kept']} left out)"
-        extra = f", {t['async']} async" if t["async"] else ""
         print(f"  pid {t['pid']} {t['process']!r} tid {t['tid']} {t['name']!r}: "
-              f"{t['slices']} slices{kept}{extra}")
+              f"{t['slices']} slices{kept}")
         if t["kept"] != t["slices"]:
             issues.append(f"{t['name']}: {t['slices'] - t['kept']} slices left out of the tree")
     print(f"  flows drawn: {flows} of {in_file['s']}"
@@ -284,14 +247,14 @@ def main():
         return 2
     try:
         try:
-            viewer, script, notes = open_viewer(browser)
+            open_viewer(browser)
         except (RuntimeError, websocket.WebSocketException) as e:
-            print(f"{browser.version}: no trace viewer could be loaded: {e}")
+            print(f"{browser.version}: the trace viewer could not be loaded: {e}")
             return 2
-        print(f"viewer: {viewer}, {browser.version}" + "".join(f"; {n}" for n in notes))
+        print(f"viewer: DevTools Performance panel trace engine (models/trace), {browser.version}")
         failed = False
         for path in args.traces:
-            failed = check(browser, script, path) or failed
+            failed = check(browser, path) or failed
         print("FAILED" if failed else "OK")
         return 1 if failed else 0
     finally:
