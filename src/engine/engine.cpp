@@ -267,6 +267,14 @@ engine::engine(const runtime_options& options)
   // Nsight Systems (or another NVTX tool) announces itself through this variable; without one,
   // each op pays a single branch.
   nvtx_ = COTENSOR_WITH_NVTX != 0 && std::getenv("NVTX_INJECTION64_PATH") != nullptr;
+#if COTENSOR_WITH_NVTX
+  if (nvtx_) {
+    // NVTX loads its tool on its first call, with a double-checked flag that is not atomic;
+    // two workers making that first call at once race (TSan reports it). Load it here, once,
+    // before any op runs, as NVTX's own header advises.
+    nvtxInitialize(nullptr);
+  }
+#endif
   if (const char* path = std::getenv("COTENSOR_TRACE"); path != nullptr && *path != '\0') {
     trace_path_ = path;
     start_trace();
