@@ -199,7 +199,8 @@ TEST_SUITE("engine") {
 
   TEST_CASE("an op writing more than max_in_flight_bytes runs alone instead of blocking" *
             doctest::timeout(30)) {
-    cotensor::runtime rt({.max_in_flight_bytes = 1024});
+    // Every op on the backend: a 40 KB op ready at its call would run there, never in flight.
+    cotensor::runtime rt({.max_in_flight_bytes = 1024, .inline_small_ops = false});
     tensor y = cotensor::ones({10'000});  // 40 KB: admitted once nothing else is in flight
     for (int i = 0; i < 20; ++i) {
       y = y + 1.0F;
@@ -284,6 +285,41 @@ TEST_SUITE("engine") {
     CHECK(values(slow_read) == filled(4, 1.0F));
     CHECK(values(later_read) == filled(4, 200.0F));
     CHECK(values(x) == filled(4, 202.0F));
+  }
+
+  // --- running at the call ----------------------------------------------------------------------
+
+  TEST_CASE("a tiny op whose buffers are free runs at its call without entering flight; one that "
+            "must wait for a buffer is queued like any op" *
+            doctest::timeout(30)) {
+    cotensor::runtime rt({.worker_threads = 2});
+    tensor x = cotensor::full({2}, 1.0F);  // tiny, ready: run at its call too
+    tensor y = x + 1.0F;
+    y += x;
+    cotensor::runtime_stats s = rt.stats();
+    CHECK(s.issued == 3);
+    CHECK(s.completed == 3);
+    CHECK(s.peak_in_flight == 0);  // no op node, no admission, no tracker
+    CHECK(values(y) == filled(2, 3.0F));
+
+    // Behind a held op, the same ops take the queued path and keep their order.
+    gate g;
+    tensor held = gated(x, g.future());  // reads x until the gate opens
+    tensor z = held + 1.0F;              // waits for `held`
+    x *= 10.0F;                          // waits for that read of x to end
+    tensor after = x + 1.0F;             // waits for the write
+    CHECK(still_pending(z));
+    CHECK(still_pending(after));
+    s = rt.stats();
+    CHECK(s.in_flight >= 3);
+    g.open();
+    CHECK(values(z) == filled(2, 2.0F));
+    CHECK(values(held) == filled(2, 1.0F));  // read x before the write
+    CHECK(values(after) == filled(2, 11.0F));
+    cotensor::wait_all();  // an op counts as ended after it releases its buffers
+    s = rt.stats();
+    CHECK(s.issued == s.completed);
+    CHECK(s.in_flight == 0);
   }
 
   // --- write after write -------------------------------------------------------------------------

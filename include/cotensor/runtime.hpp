@@ -33,8 +33,10 @@ struct runtime_options {
   /// exception is thrown by the op call itself, at the offending line.
   bool synchronous = false;
   /// Run a small op (at most 128 KiB of data touched, no user function) at its call when its
-  /// inputs are already computed: handing it to a worker and back would cost more than running
-  /// it. Ops that must wait, larger ops and `map` always go to the backend.
+  /// inputs are already computed and nothing is queued on its buffers: handing it to a worker
+  /// and back would cost more than running it. Such an op never counts as in flight, so it
+  /// never waits for admission. Ops that must wait, larger ops and `map` always go to the
+  /// backend.
   bool inline_small_ops = true;
 
   /// The defaults, overridden by the environment: `COTENSOR_ENGINE=naive` (synchronous) or
@@ -48,7 +50,7 @@ struct runtime_options {
 struct runtime_stats {
   std::uint64_t issued = 0;     ///< ops issued
   std::uint64_t completed = 0;  ///< ops ended (run, failed or skipped)
-  std::size_t in_flight = 0;    ///< issued and not yet ended
+  std::size_t in_flight = 0;    ///< issued and not yet ended (ops run at their call: never)
   std::size_t peak_in_flight = 0;
   std::uint64_t admission_waits = 0;  ///< times an issuing thread found the queue full
   /// Tensor buffers alive in the whole process (all runtimes), for leak checks.

@@ -14,6 +14,7 @@
 #include "engine/tracker.hpp"
 #include "engine/var.hpp"
 #include "engine/worker_pool.hpp"
+#include "function_ref.hpp"
 
 #include <boost/asio/thread_pool.hpp>
 #include <boost/container/small_vector.hpp>
@@ -131,6 +132,10 @@ struct op_node {
   static void operator delete(void* p, std::size_t size) noexcept;
 };
 
+/// The buffers an op reads or writes, by reference: the op node takes the only copies (a list
+/// of `shared_ptr` values would cost two more atomic reference-count updates per buffer).
+using buffer_list = std::initializer_list<std::reference_wrapper<const std::shared_ptr<storage>>>;
+
 /// The dependency engine and the CPU backend of one runtime.
 class engine {
 public:
@@ -143,6 +148,12 @@ public:
   /// Issues `op`: waits for room in flight (blocking), then requests its accesses; returns at
   /// once. In synchronous mode runs it before returning and rethrows its own exception.
   void push(std::unique_ptr<op_node> op);
+  /// Runs an op on the calling thread, now, with no op node, if it is small enough to run
+  /// inline (see runs_inline), nothing observes ops one by one (no trace, scope, NVTX tool,
+  /// fault injection or synchronous mode) and every buffer is free this instant: nothing
+  /// writing it, or waiting to. Returns false, having changed nothing, otherwise: then issue
+  /// the op as usual. `kernel`'s exception is stored in the written buffers, as an op's.
+  bool run_now(buffer_list reads, buffer_list writes, function_ref<void()> kernel) noexcept;
 
   void wait_all(waiter& w) { tracker_->wait(w); }
   void admit(waiter& w);
@@ -193,6 +204,7 @@ private:
   std::atomic<std::size_t> in_flight_bytes_{0};
   std::atomic<std::uint64_t> issued_{0};
   std::atomic<std::uint64_t> completed_{0};
+  std::atomic<std::uint64_t> ran_now_{0};  // issued and completed by run_now
   std::atomic<std::size_t> peak_in_flight_{0};
   std::atomic<std::uint64_t> admission_waits_{0};
 
@@ -205,9 +217,9 @@ private:
   std::atomic<recorder*> tracing_{nullptr};
   std::mutex trace_mutex_;
   std::shared_ptr<recorder> recorder_;
-  std::string trace_path_;
-  bool nvtx_ = false;  // emit NVTX ranges: a profiler is attached  // COTENSOR_TRACE: saved when
-                       // the engine stops
+  std::string trace_path_;        // COTENSOR_TRACE: saved when the engine stops
+  bool nvtx_ = false;             // emit NVTX ranges: a profiler is attached
+  bool run_now_enabled_ = false;  // run_now may run ops: set once, by the constructor
 
   std::once_flag fallback_once_;
   std::unique_ptr<asio::thread_pool> fallback_;
@@ -234,10 +246,6 @@ engine& current_engine();
 tracker* current_scope() noexcept;
 void set_current_scope(tracker* t) noexcept;
 
-/// The buffers an op reads or writes, by reference: the op node takes the only copies (a list
-/// of `shared_ptr` values would cost two more atomic reference-count updates per buffer).
-using buffer_list = std::initializer_list<std::reference_wrapper<const std::shared_ptr<storage>>>;
-
 /// A new op node for `issue`, with its accesses: a buffer both read and written is one
 /// `read_write` access.
 std::unique_ptr<op_node> make_op(const char* name, buffer_list reads, buffer_list writes);
@@ -246,9 +254,13 @@ std::unique_ptr<op_node> make_op(const char* name, buffer_list reads, buffer_lis
 /// overlap.
 template <class Kernel>
 void issue(const char* name, buffer_list reads, buffer_list writes, Kernel&& kernel) {
+  engine& e = current_engine();
+  if (e.run_now(reads, writes, kernel)) {
+    return;
+  }
   auto op = make_op(name, reads, writes);
   op->kernel.emplace(std::forward<Kernel>(kernel));
-  current_engine().push(std::move(op));
+  e.push(std::move(op));
 }
 
 /// A thread blocked until the engine completes it; spins briefly before sleeping.

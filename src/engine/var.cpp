@@ -89,6 +89,24 @@ void var::write(pending_access* entry) {
   entry->op->dependency_met();
 }
 
+bool var::try_read() noexcept {
+  std::lock_guard lock(mutex_);
+  if (writing_ || head_ != nullptr) {
+    return false;
+  }
+  ++readers_;
+  return true;
+}
+
+bool var::try_write() noexcept {
+  std::lock_guard lock(mutex_);
+  if (writing_ || readers_ != 0 || head_ != nullptr) {
+    return false;
+  }
+  writing_ = true;
+  return true;
+}
+
 void var::wait_read(waiter& w) {
   std::exception_ptr captured;
   {
@@ -103,22 +121,26 @@ void var::wait_read(waiter& w) {
 }
 
 void var::end_read() {
-  grants g;
-  {
-    std::lock_guard lock(mutex_);
-    --readers_;
-    grant_front(g);
+  std::unique_lock lock(mutex_);
+  --readers_;
+  if (head_ == nullptr) {  // nothing waits: the common case, without building `grants`
+    return;
   }
+  grants g;
+  grant_front(g);
+  lock.unlock();
   g.run();
 }
 
 void var::end_write() {
-  grants g;
-  {
-    std::lock_guard lock(mutex_);
-    writing_ = false;
-    grant_front(g);
+  std::unique_lock lock(mutex_);
+  writing_ = false;
+  if (head_ == nullptr) {
+    return;
   }
+  grants g;
+  grant_front(g);
+  lock.unlock();
   g.run();
 }
 

@@ -38,6 +38,11 @@ public:
   void read(pending_access* entry);
   /// Asks for a write by `entry->op`, as `read`.
   void write(pending_access* entry);
+  /// Starts a read at once if no write runs or waits (nothing queued), without an op; false
+  /// (and nothing changed) otherwise. End it with `end_read`.
+  bool try_read() noexcept;
+  /// Starts a write at once if nothing runs or waits, as `try_read`. End it with `end_write`.
+  bool try_write() noexcept;
   /// Completes `w` with this buffer's error once every earlier write has ended (maybe at once).
   void wait_read(waiter& w);
   /// Ends a read started by `read`.
