@@ -250,8 +250,8 @@ void set_current_scope(tracker* t) noexcept;
 /// `read_write` access.
 std::unique_ptr<op_node> make_op(const char* name, buffer_list reads, buffer_list writes);
 
-/// Builds and issues an op running `kernel` on the current engine. `reads` and `writes` may
-/// overlap.
+/// Issues an op running `kernel` on the current engine: run at once by `run_now` when it can
+/// be, else built into an op node and pushed. `reads` and `writes` may overlap.
 template <class Kernel>
 void issue(const char* name, buffer_list reads, buffer_list writes, Kernel&& kernel) {
   engine& e = current_engine();
