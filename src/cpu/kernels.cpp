@@ -39,15 +39,6 @@ void for_chunks(std::int64_t n, std::int64_t grain, F&& f) {
 #endif
 }
 
-template <class Op>
-void binary_flat(const float* a, const float* b, float* out, std::int64_t n, Op op) {
-  for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
-    for (std::int64_t i = lo; i < hi; ++i) {
-      out[i] = op(a[i], b[i]);
-    }
-  });
-}
-
 template <class F>
 decltype(auto) with_binary(binary_op op, F&& f) {
   switch (op) {
@@ -82,6 +73,42 @@ decltype(auto) with_unary(unary_op op, F&& f) {
     break;
   }
   return f([](float x) { return 1.0F / (1.0F + std::exp(-x)); });
+}
+
+// The flat loops of the elementwise ops, one clone per x86 vector width: GCC's function
+// multi-versioning picks AVX-512's sixteen lanes, AVX2's eight or SSE2's four when the library
+// loads. Each element is one IEEE operation, so every clone gives the same bits. Not in the
+// TSan build: a clone's resolver runs before the TSan runtime has started (see randn.cpp).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define COTENSOR_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define COTENSOR_VECTOR_CLONES
+#endif
+
+// out[i] = a[i] ⊗ b[i] over [0, n).
+COTENSOR_VECTOR_CLONES void
+binary_span(binary_op op, const float* a, const float* b, float* out, std::int64_t n) {
+  with_binary(op, [&](auto f) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      out[i] = f(a[i], b[i]);
+    }
+  });
+}
+
+// out[i] = a[i] ⊗ s, or s ⊗ a[i] when `scalar_left`, over [0, n).
+COTENSOR_VECTOR_CLONES void
+scalar_span(binary_op op, const float* a, float s, bool scalar_left, float* out, std::int64_t n) {
+  with_binary(op, [&](auto f) {
+    if (scalar_left) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        out[i] = f(s, a[i]);
+      }
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) {
+        out[i] = f(a[i], s);
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -195,23 +222,15 @@ void binary(binary_op op,
 }
 
 void binary_same_shape(binary_op op, const float* a, const float* b, float* out, std::int64_t n) {
-  with_binary(op, [&](auto f) { binary_flat(a, b, out, n, f); });
+  for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    binary_span(op, a + lo, b + lo, out + lo, hi - lo);
+  });
 }
 
 void binary_scalar(
     binary_op op, const float* a, float s, bool scalar_left, float* out, std::int64_t n) {
-  with_binary(op, [&](auto f) {
-    for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
-      if (scalar_left) {
-        for (std::int64_t i = lo; i < hi; ++i) {
-          out[i] = f(s, a[i]);
-        }
-      } else {
-        for (std::int64_t i = lo; i < hi; ++i) {
-          out[i] = f(a[i], s);
-        }
-      }
-    });
+  for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    scalar_span(op, a + lo, s, scalar_left, out + lo, hi - lo);
   });
 }
 
