@@ -8,7 +8,7 @@ packages=(
   g++ cmake ninja-build           # toolchain (C++20: g++ 12, CMake 3.25)
   libboost1.81-dev                # Boost.Asio 1.81 (Debian's default libboost-dev is 1.74)
   libtbb-dev                      # oneTBB: the CPU backend's task arena
-  libopenblas-serial-dev          # CBLAS SGEMM, single-threaded, run per tile from oneTBB tasks
+  libopenblas-dev                 # CBLAS SGEMM, run per tile from oneTBB tasks
   librandom123-dev                # Philox counter-based random numbers
   doctest-dev                     # unit tests
   libbenchmark-dev                # engine micro-benchmarks

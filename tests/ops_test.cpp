@@ -4,7 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
@@ -122,6 +124,31 @@ TEST_SUITE("ops") {
       }
     }
     CHECK(values(matmul(zeros({2, 0}), zeros({0, 3}))) == std::vector<float>(6, 0.0F));
+  }
+
+  TEST_CASE("matmuls on both workers at once are all exact (the BLAS is safe to call from two "
+            "threads)" *
+            doctest::timeout(120)) {
+    // Each 128 x 128 product is two SGEMM tiles, one per worker, and many are in flight at once.
+    // Debian's single-threaded OpenBLAS build is not safe to call concurrently: with it, 8,000
+    // such products gave 19-35 wrong ones per run (bench/README.md).
+    runtime rt({.worker_threads = 2});
+    constexpr std::int64_t n = 128;
+    const tensor average = full({n, n}, 1.0F / static_cast<float>(n));  // x · average = x
+    int wrong = 0;
+    for (int round = 0; round < 500; ++round) {
+      std::vector<tensor> products;
+      for (int i = 0; i < 16; ++i) {
+        products.push_back(matmul(full({n, n}, static_cast<float>(i + round % 7)), average));
+      }
+      for (int i = 0; i < 16; ++i) {
+        const std::vector<float> got = products[static_cast<std::size_t>(i)].to_vector();
+        const auto expected = static_cast<float>(i + round % 7);  // sums of k/128: exact
+        wrong +=
+            std::all_of(got.begin(), got.end(), [&](float v) { return v == expected; }) ? 0 : 1;
+      }
+    }
+    CHECK(wrong == 0);
   }
 
   TEST_CASE("transpose and reshape rearrange and view" * doctest::timeout(10)) {
