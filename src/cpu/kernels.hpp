@@ -8,8 +8,6 @@
 #include "function_ref.hpp"
 
 #include <cstdint>
-#include <memory>
-#include <type_traits>
 
 namespace cotensor::detail::cpu {
 

@@ -66,7 +66,7 @@ void var::grant_front(grants& g) {
 void var::read(pending_access* entry) {
   {
     std::lock_guard lock(mutex_);
-    if (writing_ || head_ != nullptr) {
+    if (!may_read()) {
       entry->is_write = false;
       enqueue(entry);
       return;
@@ -79,7 +79,7 @@ void var::read(pending_access* entry) {
 void var::write(pending_access* entry) {
   {
     std::lock_guard lock(mutex_);
-    if (writing_ || readers_ != 0 || head_ != nullptr) {
+    if (!may_write()) {
       entry->is_write = true;
       enqueue(entry);
       return;
@@ -91,7 +91,7 @@ void var::write(pending_access* entry) {
 
 bool var::try_read() noexcept {
   std::lock_guard lock(mutex_);
-  if (writing_ || head_ != nullptr) {
+  if (!may_read()) {
     return false;
   }
   ++readers_;
@@ -100,7 +100,7 @@ bool var::try_read() noexcept {
 
 bool var::try_write() noexcept {
   std::lock_guard lock(mutex_);
-  if (writing_ || readers_ != 0 || head_ != nullptr) {
+  if (!may_write()) {
     return false;
   }
   writing_ = true;
@@ -111,7 +111,7 @@ void var::wait_read(waiter& w) {
   std::exception_ptr captured;
   {
     std::lock_guard lock(mutex_);
-    if (writing_ || head_ != nullptr) {
+    if (!may_read()) {
       enqueue(new pending_access{nullptr, nullptr, &w, false});
       return;
     }
@@ -123,21 +123,20 @@ void var::wait_read(waiter& w) {
 void var::end_read() {
   std::unique_lock lock(mutex_);
   --readers_;
-  if (head_ == nullptr) {  // nothing waits: the common case, without building `grants`
-    return;
+  if (head_ != nullptr) {  // rarely: without waiters the end builds no `grants`
+    start_waiting(lock);
   }
-  grants g;
-  grant_front(g);
-  lock.unlock();
-  g.run();
 }
 
 void var::end_write() {
   std::unique_lock lock(mutex_);
   writing_ = false;
-  if (head_ == nullptr) {
-    return;
+  if (head_ != nullptr) {
+    start_waiting(lock);
   }
+}
+
+void var::start_waiting(std::unique_lock<spin_mutex>& lock) {
   grants g;
   grant_front(g);
   lock.unlock();

@@ -56,8 +56,15 @@ public:
 
 private:
   struct grants;
+  // Whether a read (a write) may start now, ahead of nothing: no write running, nothing
+  // queued (and, for a write, no read running). Lock held.
+  bool may_read() const noexcept { return !writing_ && head_ == nullptr; }
+  bool may_write() const noexcept { return may_read() && readers_ == 0; }
   // Starts accesses from the front of the FIFO as far as the rules allow; lock held.
   void grant_front(grants& g);
+  // After an access ended under `lock`, with accesses queued: starts what the FIFO now allows,
+  // outside the lock.
+  void start_waiting(std::unique_lock<spin_mutex>& lock);
   void enqueue(pending_access* entry);
 
   spin_mutex mutex_;
