@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 using namespace cotensor;
@@ -15,6 +18,25 @@ using namespace cotensor;
 namespace {
 
 std::vector<float> values(const tensor& t) { return t.to_vector(); }
+
+// How many units in the last place `got` is from the exact value `want`, measured in the
+// spacing of floats at `want` (denormal spacing below the normal range). Equal infinities and
+// two NaNs are 0 apart; anything else against an infinity or a NaN is infinitely far.
+double ulps(float got, double want) {
+  if (std::isnan(want) || std::isnan(got)) {
+    return std::isnan(want) && std::isnan(got) ? 0.0 : INFINITY;
+  }
+  const auto rounded = static_cast<float>(want);
+  if (got == rounded) {
+    return 0.0;
+  }
+  if (std::isinf(got) || std::isinf(rounded)) {
+    return INFINITY;
+  }
+  const float magnitude = std::max(std::fabs(rounded), std::numeric_limits<float>::min());
+  const double spacing = std::nextafter(magnitude, INFINITY) - magnitude;
+  return std::fabs(static_cast<double>(got) - want) / spacing;
+}
 
 // Checks that `f` throws std::invalid_argument and issues nothing.
 template <class F>
@@ -166,12 +188,115 @@ TEST_SUITE("ops") {
   TEST_CASE("unary functions apply elementwise" * doctest::timeout(10)) {
     auto x = from_vector({-1, 0, 2}, {3});
     CHECK(values(relu(x)) == std::vector<float>{0, 0, 2});
-    CHECK(values(exp(x)) == std::vector<float>{std::exp(-1.0F), 1.0F, std::exp(2.0F)});
-    CHECK(values(tanh(x)) == std::vector<float>{std::tanh(-1.0F), 0.0F, std::tanh(2.0F)});
+    const std::vector<float> e = values(exp(x));
+    const std::vector<float> t = values(tanh(x));
+    for (std::size_t i = 0; i < 3; ++i) {
+      const double xi = std::vector<double>{-1, 0, 2}[i];
+      CHECK(ulps(e[i], std::exp(xi)) <= 4.0);
+      CHECK(ulps(t[i], std::tanh(xi)) <= 4.0);
+    }
+    CHECK(e[1] == 1.0F);
+    CHECK(t[1] == 0.0F);
     CHECK(values(sigmoid(x))[1] == 0.5F);
     auto y = from_vector({1, 4, 9}, {3});
     CHECK(values(sqrt(y)) == std::vector<float>{1, 2, 3});
     CHECK(values(log(exp(from_vector({0, 1}, {2}))))[0] == 0.0F);
+  }
+
+  TEST_CASE("exp, log, tanh and sigmoid are within 4 ulp over the whole float range" *
+            doctest::timeout(30)) {
+    // Every 4093rd bit pattern (about a million floats, both signs, denormals to the
+    // largest), against the exact value from double-precision libm.
+    std::vector<float> xs;
+    for (std::uint64_t bits = 0; bits <= 0xFFFF'FFFFU; bits += 4093) {
+      float v = 0;
+      const auto b = static_cast<std::uint32_t>(bits);
+      std::memcpy(&v, &b, sizeof v);
+      if (!std::isnan(v)) {
+        xs.push_back(v);
+      }
+    }
+    const auto x = from_vector(xs, {static_cast<std::int64_t>(xs.size())});
+    struct function {
+      const char* name;
+      tensor (*f)(const tensor&);
+      double (*exact)(double);
+    };
+    const function functions[] = {
+        {"exp", exp, [](double v) { return std::exp(v); }},
+        {"log", log, [](double v) { return std::log(v); }},
+        {"tanh", tanh, [](double v) { return std::tanh(v); }},
+        {"sigmoid", sigmoid, [](double v) { return 1.0 / (1.0 + std::exp(-v)); }},
+    };
+    for (const function& fn : functions) {
+      const std::vector<float> y = values(fn.f(x));
+      REQUIRE(y.size() == xs.size());
+      double worst = 0;
+      float worst_x = 0;
+      for (std::size_t i = 0; i < xs.size(); ++i) {
+        const double u = ulps(y[i], fn.exact(xs[i]));
+        if (u > worst) {
+          worst = u;
+          worst_x = xs[i];
+        }
+      }
+      INFO(std::string(fn.name), ": ", worst, " ulp at x = ", worst_x);
+      CHECK(worst <= 4.0);
+    }
+  }
+
+  TEST_CASE("exp, log, tanh and sigmoid take infinities, NaN, zeros and overflow" *
+            doctest::timeout(10)) {
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+    const auto x = from_vector({-inf, inf, nan, -0.0F, 0.0F, 100.0F, -110.0F, -1.0F}, {8});
+    const std::vector<float> e = values(exp(x));
+    CHECK(e[0] == 0.0F);
+    CHECK(e[1] == inf);
+    CHECK(std::isnan(e[2]));
+    CHECK(e[3] == 1.0F);
+    CHECK(e[5] == inf);   // overflow
+    CHECK(e[6] == 0.0F);  // underflow
+    const std::vector<float> l = values(log(x));
+    CHECK(std::isnan(l[0]));
+    CHECK(l[1] == inf);
+    CHECK(std::isnan(l[2]));
+    CHECK(l[3] == -inf);
+    CHECK(l[4] == -inf);
+    CHECK(std::isnan(l[7]));  // a negative number
+    const std::vector<float> t = values(tanh(x));
+    CHECK(t[0] == -1.0F);
+    CHECK(t[1] == 1.0F);
+    CHECK(std::isnan(t[2]));
+    CHECK((t[3] == 0.0F && std::signbit(t[3])));
+    CHECK(t[5] == 1.0F);
+    const std::vector<float> s = values(sigmoid(x));
+    CHECK(s[0] == 0.0F);
+    CHECK(s[1] == 1.0F);
+    CHECK(std::isnan(s[2]));
+    CHECK(s[3] == 0.5F);
+    CHECK(s[6] == 0.0F);
+  }
+
+  TEST_CASE("an element's exp, log, tanh or sigmoid does not depend on its position or the "
+            "tensor's size" *
+            doctest::timeout(10)) {
+    // The bulk of a tensor and its tail (and a tensor of one) take different paths through
+    // the vector loops; the same input must give the same bits on each.
+    std::vector<float> xs(1037);
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      xs[i] = 0.37F + 0.011F * static_cast<float>(i % 97);
+    }
+    for (auto f : {exp, log, tanh, sigmoid}) {
+      const std::vector<float> whole = values(f(from_vector(xs, {1037})));
+      for (std::size_t i : {std::size_t{0}, std::size_t{15}, std::size_t{16}, std::size_t{1030},
+                            std::size_t{1036}}) {
+        const std::vector<float> one = values(f(from_vector({xs[i]}, {1})));
+        CHECK(std::memcmp(&one[0], &whole[i], sizeof(float)) == 0);
+        // The same value at every position of the bulk and of the tail.
+        CHECK(std::memcmp(&whole[i % 97], &whole[i], sizeof(float)) == 0);
+      }
+    }
   }
 
   TEST_CASE("map applies a user function on the backend" * doctest::timeout(10)) {

@@ -6,6 +6,9 @@
 //                     backend's throughput for large n;
 //   add_sync_us.<n>   microseconds per op with `y.wait()` after each (the chapter's
 //                     "synchronous"): a round trip through the engine every op.
+//   <f>_us.<n>        microseconds per `y = f(x)`, waited after each, for f in exp, log, tanh
+//                     and sigmoid, at n = 10^4 and 10^6, on values in (0.1, 10): the vector
+//                     math library's speed against the peers'.
 //
 // Each figure is the median of --repeat runs after a warm-up (--quick: one run, and sizes up
 // to 10^5 only: the CI smoke test). bench/peers/op_cost.py times NumPy and PyTorch on the same
@@ -51,6 +54,20 @@ double per_op_us(int repeat, std::int64_t n, bool sync) {
   return s / count * 1e6;
 }
 
+double unary_us(int repeat, std::int64_t n, cotensor::tensor (*f)(const cotensor::tensor&)) {
+  const auto x = cotensor::exp(cotensor::randn({n}) * 0.5F);
+  x.wait();
+  const int count = ops(n);
+  const double s = median_seconds(repeat, [&] {
+    const auto start = clock_type::now();
+    for (int i = 0; i < count; ++i) {
+      f(x).wait();
+    }
+    return seconds_since(start);
+  });
+  return s / count * 1e6;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,6 +80,20 @@ int main(int argc, char** argv) {
     const std::string suffix = "." + std::to_string(n);
     cotensor_bench::print(("add_async_us" + suffix).c_str(), per_op_us(opts.repeat, n, false));
     cotensor_bench::print(("add_sync_us" + suffix).c_str(), per_op_us(opts.repeat, n, true));
+  }
+  const struct {
+    const char* name;
+    cotensor::tensor (*f)(const cotensor::tensor&);
+  } functions[] = {{"exp", cotensor::exp},
+                   {"log", cotensor::log},
+                   {"tanh", cotensor::tanh},
+                   {"sigmoid", cotensor::sigmoid}};
+  const std::int64_t largest_unary = opts.quick ? 100'000 : 1'000'000;
+  for (const std::int64_t n : {std::int64_t{10'000}, largest_unary}) {
+    for (const auto& fn : functions) {
+      cotensor_bench::print((std::string(fn.name) + "_us." + std::to_string(n)).c_str(),
+                            unary_us(opts.repeat, n, fn.f));
+    }
   }
   return 0;
 }

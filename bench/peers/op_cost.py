@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""Per-op cost against tensor size: cotensor, NumPy and PyTorch on `y = x + 1`.
+"""Per-op cost against tensor size: cotensor, NumPy and PyTorch on `y = x + 1`, and on exp,
+log, tanh and sigmoid.
 
 Runs `<build>/bench/cotensor_bench_op_cost --repeat N` (cotensor, issued asynchronously and
 waited once, and waited after each op), then times NumPy and PyTorch on the same float32
 vectors in Debian's /usr/bin/python3 (both are synchronous: each op has finished when it
-returns), and prints a markdown table of microseconds per op with the ratios. With --plot it
-also draws the four curves, log-log, into a PNG (python3-matplotlib).
+returns), and prints a markdown table of microseconds per op with the ratios, then a second
+one for `y = f(x)` with f in exp, log, tanh and sigmoid at 10^4 and 10^6 elements (cotensor
+waited after each op; NumPy has no sigmoid: 1 / (1 + exp(-x)), three ops). With --plot it also
+draws the four curves of the first table, log-log, into a PNG (python3-matplotlib).
 
 The peers are timed like cotensor: the median of N runs after a warm-up, each run
 max(100, min(10000, 2*10^7 / n)) ops. Torch runs with its default threads.
@@ -25,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import REPO, PEER_PYTHON, check_peer_python, cpu_model, fail, fmt, ratio, run  # noqa: E402
 
 SIZES = [10**k for k in range(8)]
+UNARY_SIZES = [10**4, 10**6]
+FUNCTIONS = ["exp", "log", "tanh", "sigmoid"]
 
 # Runs in the peers' interpreter: prints `numpy.add_us.<n>: <us>` and `torch.add_us.<n>: <us>`.
 PEER_CODE = r"""
@@ -32,7 +37,8 @@ import statistics, sys, time
 import numpy as np
 import torch
 repeat = int(sys.argv[1])
-sizes = [int(s) for s in sys.argv[2:]]
+sizes = [int(s) for s in sys.argv[2].split(",")]
+UNARY_SIZES = [int(s) for s in sys.argv[3].split(",")]
 print(f"# numpy {np.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads)")
 def ops(n):
     return max(100, min(10000, 20_000_000 // n))
@@ -50,6 +56,26 @@ for n in sizes:
     print(f"numpy.add_us.{n}: {per_op_us(lambda k: np.ones(k, dtype=np.float32), n):.6f}")
     print(f"torch.add_us.{n}: {per_op_us(lambda k: torch.ones(k, dtype=torch.float32), n):.6f}")
     sys.stdout.flush()
+def function_us(f, x, n):
+    count = ops(n)
+    def once():
+        start = time.perf_counter()
+        for _ in range(count):
+            f(x)
+        return time.perf_counter() - start
+    once()
+    return statistics.median(once() for _ in range(repeat)) / count * 1e6
+numpy_functions = {"exp": np.exp, "log": np.log, "tanh": np.tanh,
+                   "sigmoid": lambda v: 1 / (1 + np.exp(-v))}
+torch_functions = {"exp": torch.exp, "log": torch.log, "tanh": torch.tanh,
+                   "sigmoid": torch.sigmoid}
+for n in UNARY_SIZES:
+    xn = np.exp(np.random.default_rng(0).standard_normal(n, dtype=np.float32) * 0.5)
+    xt = torch.from_numpy(xn.copy())
+    for name in numpy_functions:
+        print(f"numpy.{name}_us.{n}: {function_us(numpy_functions[name], xn, n):.6f}")
+        print(f"torch.{name}_us.{n}: {function_us(torch_functions[name], xt, n):.6f}")
+    sys.stdout.flush()
 """
 
 
@@ -66,6 +92,22 @@ def table(figures):
         t = figures.get(f"torch.add_us.{n}")
         rows.append(f"| {n:,} | {fmt(a)} | {fmt(s)} | {fmt(p)} | {fmt(t)} | {ratio(a, p)} "
                     f"| {ratio(a, t)} |")
+    return "\n".join(rows)
+
+
+def function_table(figures):
+    rows = [
+        "| f(x) | elements | cotensor µs/op | NumPy µs/op | PyTorch µs/op | cotensor/NumPy "
+        "| cotensor/PyTorch |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for n in UNARY_SIZES:
+        for name in FUNCTIONS:
+            c = figures.get(f"cotensor.{name}_us.{n}")
+            p = figures.get(f"numpy.{name}_us.{n}")
+            t = figures.get(f"torch.{name}_us.{n}")
+            rows.append(f"| {name} | {n:,} | {fmt(c)} | {fmt(p)} | {fmt(t)} | {ratio(c, p)} "
+                        f"| {ratio(c, t)} |")
     return "\n".join(rows)
 
 
@@ -114,12 +156,13 @@ def main():
     check_peer_python()
 
     ours, our_notes = run([bench, "--repeat", args.repeat])
-    peers, peer_notes = run([PEER_PYTHON, "-c", PEER_CODE, args.repeat] + SIZES)
+    peers, peer_notes = run([PEER_PYTHON, "-c", PEER_CODE, args.repeat,
+                             ",".join(map(str, SIZES)), ",".join(map(str, UNARY_SIZES))])
     figures = {**ours, **peers}
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{cpu_model()} ({os.cpu_count()} logical cores)"
-    text = (table(figures) + "\n\n"
+    text = (table(figures) + "\n\n" + function_table(figures) + "\n\n"
             f"Microseconds per op, median of {args.repeat} runs after a warm-up. Measured {now} "
             f"on {machine}; " + "; ".join(our_notes + peer_notes) + ".\n")
     print(text, end="")

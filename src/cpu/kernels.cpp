@@ -54,27 +54,6 @@ decltype(auto) with_binary(binary_op op, F&& f) {
   return f([](float x, float y) { return x / y; });
 }
 
-template <class F>
-decltype(auto) with_unary(unary_op op, F&& f) {
-  switch (op) {
-  case unary_op::neg:
-    return f([](float x) { return -x; });
-  case unary_op::relu:
-    return f([](float x) { return x > 0.0F ? x : 0.0F; });
-  case unary_op::exp:
-    return f([](float x) { return std::exp(x); });
-  case unary_op::log:
-    return f([](float x) { return std::log(x); });
-  case unary_op::sqrt:
-    return f([](float x) { return std::sqrt(x); });
-  case unary_op::tanh:
-    return f([](float x) { return std::tanh(x); });
-  case unary_op::sigmoid:
-    break;
-  }
-  return f([](float x) { return 1.0F / (1.0F + std::exp(-x)); });
-}
-
 // The flat loops of the elementwise ops, one clone per x86 vector width: GCC's function
 // multi-versioning picks AVX-512's sixteen lanes, AVX2's eight or SSE2's four when the library
 // loads. Each element is one IEEE operation, so every clone gives the same bits. Not in the
@@ -137,14 +116,6 @@ void parallel_tiles(std::int64_t tiles, function_ref<void(std::int64_t)> f) {
 #else
   tbb::parallel_for(std::int64_t{0}, tiles, [&](std::int64_t t) { f(t); });
 #endif
-}
-
-float apply(binary_op op, float a, float b) noexcept {
-  return with_binary(op, [&](auto f) { return f(a, b); });
-}
-
-float apply(unary_op op, float x) noexcept {
-  return with_unary(op, [&](auto f) { return f(x); });
 }
 
 void fill(float* out, std::int64_t n, float value) {
@@ -235,13 +206,8 @@ void binary_scalar(
 }
 
 void unary(unary_op op, const float* in, float* out, std::int64_t n) {
-  with_unary(op, [&](auto f) {
-    for_chunks(n, elementwise_grain / 4, [&](std::int64_t lo, std::int64_t hi) {
-      for (std::int64_t i = lo; i < hi; ++i) {
-        out[i] = f(in[i]);
-      }
-    });
-  });
+  for_chunks(n, elementwise_grain / 4,
+             [&](std::int64_t lo, std::int64_t hi) { unary_span(op, in + lo, out + lo, hi - lo); });
 }
 
 void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols) {

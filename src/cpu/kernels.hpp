@@ -44,9 +44,11 @@ void binary_same_shape(binary_op op, const float* a, const float* b, float* out,
 /// out = a ⊗ s (or s ⊗ a when `scalar_left`), elementwise; `out` may alias `a`.
 void binary_scalar(
     binary_op op, const float* a, float s, bool scalar_left, float* out, std::int64_t n);
+/// out = f(in) elementwise, in parallel for large `n`; `out` may alias `in`. exp, log, tanh and
+/// sigmoid are within 4 ulp (libmvec, src/cpu/unary.cpp); the others are exact.
 void unary(unary_op op, const float* in, float* out, std::int64_t n);
-float apply(binary_op op, float a, float b) noexcept;
-float apply(unary_op op, float x) noexcept;
+/// unary() over [0, n) on the calling thread.
+void unary_span(unary_op op, const float* in, float* out, std::int64_t n);
 
 /// c[m, n] = a[m, k] · b[k, n], row-major.
 void matmul(

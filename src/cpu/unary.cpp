@@ -1,0 +1,207 @@
+// The unary elementwise loops. exp, log, tanh and sigmoid go through glibc's vector math
+// library (libmvec) where it is there: sixteen lanes per call on AVX-512, eight on AVX2,
+// ~0.5 ns an element on this project's machine against ~8 ns for a libm call per element.
+// libmvec's float functions are within 4 ulp of the exact result (measured over every 97th
+// float: exp 2.6, log 3.9, tanh 1.4), where libm's are within 1; NumPy and PyTorch make the
+// same trade. The result of an element does not depend on its position or on the tensor's
+// size (the tail is computed by the same vector call), but it may differ in the last bits
+// between AVX-512 and AVX2 machines (tanh does, on ~1.5 % of floats).
+
+#include "cpu/kernels.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if COTENSOR_HAVE_LIBMVEC
+// GCC 12 reports its own _mm512_undefined_epi32() inside the AVX-512 intrinsics as used
+// (or maybe used) uninitialised (GCC bug 105593, fixed in 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
+
+// libmvec's entry points, named by the x86-64 vector function ABI: 'e' is AVX-512 (16 floats
+// in a zmm register), 'd' is AVX2 (8 floats in a ymm register).
+extern "C" {
+__attribute__((target("avx512f"))) __m512 _ZGVeN16v_expf(__m512 x);
+__attribute__((target("avx512f"))) __m512 _ZGVeN16v_logf(__m512 x);
+__attribute__((target("avx512f"))) __m512 _ZGVeN16v_tanhf(__m512 x);
+__attribute__((target("avx2"))) __m256 _ZGVdN8v_expf(__m256 x);
+__attribute__((target("avx2"))) __m256 _ZGVdN8v_logf(__m256 x);
+__attribute__((target("avx2"))) __m256 _ZGVdN8v_tanhf(__m256 x);
+}
+#endif
+
+namespace cotensor::detail::cpu {
+namespace {
+
+template <class F>
+decltype(auto) with_unary(unary_op op, F&& f) {
+  switch (op) {
+  case unary_op::neg:
+    return f([](float x) { return -x; });
+  case unary_op::relu:
+    return f([](float x) { return x > 0.0F ? x : 0.0F; });
+  case unary_op::exp:
+    return f([](float x) { return std::exp(x); });
+  case unary_op::log:
+    return f([](float x) { return std::log(x); });
+  case unary_op::sqrt:
+    return f([](float x) { return std::sqrt(x); });
+  case unary_op::tanh:
+    return f([](float x) { return std::tanh(x); });
+  case unary_op::sigmoid:
+    break;
+  }
+  // 1 / (1 + e^-x), as e^x / (1 + e^x) for negative x: e^-x would overflow below -88.7 where
+  // the result is still a (denormal) float.
+  return f([](float x) {
+    const float e = std::exp(-std::fabs(x));
+    return x < 0.0F ? e / (1.0F + e) : 1.0F / (1.0F + e);
+  });
+}
+
+#if COTENSOR_HAVE_LIBMVEC
+
+// f(x) on sixteen lanes. Sigmoid is the scalar expression's roundings on libmvec's exp.
+template <unary_op Op>
+__attribute__((target("avx512f"), always_inline)) inline __m512 lanes16(__m512 x) {
+  if constexpr (Op == unary_op::exp) {
+    return _ZGVeN16v_expf(x);
+  } else if constexpr (Op == unary_op::log) {
+    return _ZGVeN16v_logf(x);
+  } else if constexpr (Op == unary_op::tanh) {
+    return _ZGVeN16v_tanhf(x);
+  } else {
+    static_assert(Op == unary_op::sigmoid);
+    const __m512 one = _mm512_set1_ps(1.0F);
+    const __m512 magnitude =
+        _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MAX)));
+    const __m512 e = _ZGVeN16v_expf(_mm512_castsi512_ps(
+        _mm512_xor_si512(_mm512_castps_si512(magnitude), _mm512_set1_epi32(INT32_MIN))));
+    const __m512 d = _mm512_add_ps(one, e);
+    const __mmask16 negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+    return _mm512_mask_blend_ps(negative, _mm512_div_ps(one, d), _mm512_div_ps(e, d));
+  }
+}
+
+template <unary_op Op>
+__attribute__((target("avx2"), always_inline)) inline __m256 lanes8(__m256 x) {
+  if constexpr (Op == unary_op::exp) {
+    return _ZGVdN8v_expf(x);
+  } else if constexpr (Op == unary_op::log) {
+    return _ZGVdN8v_logf(x);
+  } else if constexpr (Op == unary_op::tanh) {
+    return _ZGVdN8v_tanhf(x);
+  } else {
+    static_assert(Op == unary_op::sigmoid);
+    const __m256 one = _mm256_set1_ps(1.0F);
+    const __m256 e = _ZGVdN8v_expf(_mm256_or_ps(x, _mm256_set1_ps(-0.0F)));  // exp(-|x|)
+    const __m256 d = _mm256_add_ps(one, e);
+    const __m256 negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+    return _mm256_blendv_ps(_mm256_div_ps(one, d), _mm256_div_ps(e, d), negative);
+  }
+}
+
+// The tail's unused lanes hold 1.0F, a value every function takes without raising a
+// floating-point exception (0 would make log divide by zero).
+template <unary_op Op>
+__attribute__((target("avx512f"))) void span16(const float* in, float* out, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(out + i, lanes16<Op>(_mm512_loadu_ps(in + i)));
+  }
+  if (i < n) {
+    const auto mask = static_cast<__mmask16>((1U << (n - i)) - 1U);
+    const __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0F), mask, in + i);
+    _mm512_mask_storeu_ps(out + i, mask, lanes16<Op>(x));
+  }
+}
+
+template <unary_op Op>
+__attribute__((target("avx2"))) void span8(const float* in, float* out, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, lanes8<Op>(_mm256_loadu_ps(in + i)));
+  }
+  if (i < n) {
+    alignas(32) float tail[8] = {1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F};
+    const auto rest = static_cast<std::size_t>(n - i) * sizeof(float);
+    std::memcpy(tail, in + i, rest);
+    _mm256_store_ps(tail, lanes8<Op>(_mm256_load_ps(tail)));
+    std::memcpy(out + i, tail, rest);
+  }
+}
+
+enum class isa : std::uint8_t { avx512, avx2, none };
+
+isa vector_isa() noexcept {
+  static const isa found = [] {
+    if (__builtin_cpu_supports("avx512f")) {
+      return isa::avx512;
+    }
+    if (__builtin_cpu_supports("avx2")) {
+      return isa::avx2;
+    }
+    return isa::none;
+  }();
+  return found;
+}
+
+template <unary_op Op>
+bool vector_span(const float* in, float* out, std::int64_t n) {
+  switch (vector_isa()) {
+  case isa::avx512:
+    span16<Op>(in, out, n);
+    return true;
+  case isa::avx2:
+    span8<Op>(in, out, n);
+    return true;
+  case isa::none:
+    break;
+  }
+  return false;
+}
+
+// True when libmvec computed out = f(in) over [0, n).
+bool transcendental_span(unary_op op, const float* in, float* out, std::int64_t n) {
+  switch (op) {
+  case unary_op::exp:
+    return vector_span<unary_op::exp>(in, out, n);
+  case unary_op::log:
+    return vector_span<unary_op::log>(in, out, n);
+  case unary_op::tanh:
+    return vector_span<unary_op::tanh>(in, out, n);
+  case unary_op::sigmoid:
+    return vector_span<unary_op::sigmoid>(in, out, n);
+  default:
+    return false;
+  }
+}
+
+#else
+
+bool transcendental_span(unary_op, const float*, float*, std::int64_t) { return false; }
+
+#endif
+
+}  // namespace
+
+void unary_span(unary_op op, const float* in, float* out, std::int64_t n) {
+  if (transcendental_span(op, in, out, n)) {
+    return;
+  }
+  with_unary(op, [&](auto f) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      out[i] = f(in[i]);
+    }
+  });
+}
+
+}  // namespace cotensor::detail::cpu
