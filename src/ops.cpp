@@ -63,16 +63,17 @@ void issue_in_place(const char* op, cpu::binary_op kind, const tensor& a, const 
   }
   const auto& sa = a.storage();
   const auto& sb = b.storage();
-  issue(op, {sa, sb}, {sa},
-        [kind, pa = sa->data(), pb = sb->data(), as = a.shape(), bs = b.shape()] {
-          cpu::binary(kind, pa, as, pb, bs, pa, as);
-        });
+  issue(op, {sa, sb}, {sa}, [kind, pa = sa.get(), pb = sb.get(), as = a.shape(), bs = b.shape()] {
+    float* data = pa->data();
+    cpu::binary(kind, data, as, pb->data(), bs, data, as);
+  });
 }
 
 void issue_in_place(const char* op, cpu::binary_op kind, const tensor& a, float s) {
   const auto& sa = checked(a, op);
-  issue(op, {sa}, {sa}, [kind, pa = sa->data(), s, n = a.numel()] {
-    cpu::binary_scalar(kind, pa, s, false, pa, n);
+  issue(op, {sa}, {sa}, [kind, pa = sa.get(), s, n = a.numel()] {
+    float* data = pa->data();
+    cpu::binary_scalar(kind, data, s, false, data, n);
   });
 }
 
@@ -81,13 +82,14 @@ tensor map_op(const tensor& x, unary_kernel kernel) {
   auto out = allocate("map", x.shape(), x.device());
   auto op = make_op("map", {in}, {out});
   op->runs_user_code = true;
-  op->kernel.emplace(
-      [kernel = std::move(kernel), pin = in->data(), pout = out->data(), n = x.numel()] {
-        cpu::parallel_chunks(n, 4096, [&](std::int64_t lo, std::int64_t hi) {
-          const backend_thread_guard backend;  // the chunk may run on another worker
-          kernel(pin + lo, pout + lo, hi - lo);
-        });
-      });
+  op->kernel.emplace([kernel = std::move(kernel), sin = in.get(), sout = out.get(), n = x.numel()] {
+    const float* pin = sin->data();
+    float* pout = sout->data();
+    cpu::parallel_chunks(n, 4096, [&](std::int64_t lo, std::int64_t hi) {
+      const backend_thread_guard backend;  // the chunk may run on another worker
+      kernel(pin + lo, pout + lo, hi - lo);
+    });
+  });
   current_engine().push(std::move(op));
   return {std::move(out), x.shape()};
 }
@@ -103,7 +105,7 @@ using detail::cpu::unary_op;
 tensor filled(const char* op, shape s, float value, device d) {
   auto out = detail::allocate(op, s, d);
   detail::issue(op, {}, {out},
-                [p = out->data(), n = s.numel(), value] { detail::cpu::fill(p, n, value); });
+                [p = out.get(), n = s.numel(), value] { detail::cpu::fill(p->data(), n, value); });
   return {std::move(out), std::move(s)};
 }
 
@@ -115,14 +117,15 @@ tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) 
   const auto& sb = b.storage();
   if (a.shape() == b.shape()) {  // the common case: a closure small enough to live in the op
     detail::issue(op, {sa, sb}, {out},
-                  [kind, pa = sa->data(), pb = sb->data(), po = out->data(), n = a.numel()] {
-                    detail::cpu::binary_same_shape(kind, pa, pb, po, n);
+                  [kind, pa = sa.get(), pb = sb.get(), po = out.get(), n = a.numel()] {
+                    detail::cpu::binary_same_shape(kind, pa->data(), pb->data(), po->data(), n);
                   });
   } else {
     detail::issue(op, {sa, sb}, {out},
-                  [kind, pa = sa->data(), pb = sb->data(), po = out->data(), as = a.shape(),
-                   bs = b.shape(),
-                   os = out_shape] { detail::cpu::binary(kind, pa, as, pb, bs, po, os); });
+                  [kind, pa = sa.get(), pb = sb.get(), po = out.get(), as = a.shape(),
+                   bs = b.shape(), os = out_shape] {
+                    detail::cpu::binary(kind, pa->data(), as, pb->data(), bs, po->data(), os);
+                  });
   }
   return {std::move(out), std::move(out_shape)};
 }
@@ -131,8 +134,8 @@ tensor scalar(const char* op, binary_op kind, const tensor& a, float s, bool sca
   const auto& sa = checked(a, op);
   auto out = detail::allocate(op, a.shape(), a.device());
   detail::issue(op, {sa}, {out},
-                [kind, pa = sa->data(), po = out->data(), s, scalar_left, n = a.numel()] {
-                  detail::cpu::binary_scalar(kind, pa, s, scalar_left, po, n);
+                [kind, pa = sa.get(), po = out.get(), s, scalar_left, n = a.numel()] {
+                  detail::cpu::binary_scalar(kind, pa->data(), s, scalar_left, po->data(), n);
                 });
   return {std::move(out), a.shape()};
 }
@@ -140,8 +143,8 @@ tensor scalar(const char* op, binary_op kind, const tensor& a, float s, bool sca
 tensor unary(const char* op, unary_op kind, const tensor& x) {
   const auto& in = checked(x, op);
   auto out = detail::allocate(op, x.shape(), x.device());
-  detail::issue(op, {in}, {out}, [kind, pin = in->data(), po = out->data(), n = x.numel()] {
-    detail::cpu::unary(kind, pin, po, n);
+  detail::issue(op, {in}, {out}, [kind, pin = in.get(), po = out.get(), n = x.numel()] {
+    detail::cpu::unary(kind, pin->data(), po->data(), n);
   });
   return {std::move(out), x.shape()};
 }
@@ -161,9 +164,9 @@ tensor reduce_all(const char* op, const tensor& x, bool mean) {
     detail::throw_invalid(op, "mean of an empty tensor");
   }
   auto out = detail::allocate(op, shape{}, x.device());
-  detail::issue(op, {in}, {out}, [pin = in->data(), po = out->data(), n = x.numel(), mean] {
-    const double total = detail::cpu::sum(pin, n);
-    po[0] = static_cast<float>(mean ? total / static_cast<double>(n) : total);
+  detail::issue(op, {in}, {out}, [pin = in.get(), po = out.get(), n = x.numel(), mean] {
+    const double total = detail::cpu::sum(pin->data(), n);
+    po->data()[0] = static_cast<float>(mean ? total / static_cast<double>(n) : total);
   });
   return {std::move(out), shape{}};
 }
@@ -192,8 +195,8 @@ tensor reduce_axis(const char* op, const tensor& x, int axis, bool mean) {
   auto out = detail::allocate(op, out_shape, x.device());
   const std::int64_t extent = extents[ax];
   const double scale = mean ? 1.0 / static_cast<double>(extent) : 1.0;
-  detail::issue(op, {in}, {out}, [pin = in->data(), po = out->data(), outer, extent, inner, scale] {
-    detail::cpu::sum_axis(pin, outer, extent, inner, scale, po);
+  detail::issue(op, {in}, {out}, [pin = in.get(), po = out.get(), outer, extent, inner, scale] {
+    detail::cpu::sum_axis(pin->data(), outer, extent, inner, scale, po->data());
   });
   return {std::move(out), std::move(out_shape)};
 }
@@ -211,8 +214,8 @@ tensor from_vector(std::vector<float> values, shape s, device d) {
                                              std::to_string(s.numel()) + " elements)");
   }
   auto out = detail::allocate("from_vector", s, d);
-  detail::issue("from_vector", {}, {out}, [values = std::move(values), p = out->data()] {
-    detail::cpu::copy(values.data(), p, static_cast<std::int64_t>(values.size()));
+  detail::issue("from_vector", {}, {out}, [values = std::move(values), p = out.get()] {
+    detail::cpu::copy(values.data(), p->data(), static_cast<std::int64_t>(values.size()));
   });
   return {std::move(out), std::move(s)};
 }
@@ -287,10 +290,9 @@ tensor matmul(const tensor& a, const tensor& b) {
   auto out = detail::allocate("matmul", out_shape, a.device());
   const auto& sa = a.storage();
   const auto& sb = b.storage();
-  detail::issue("matmul", {sa, sb}, {out},
-                [pa = sa->data(), pb = sb->data(), pc = out->data(), m, k, n] {
-                  detail::cpu::matmul(pa, pb, pc, m, k, n);
-                });
+  detail::issue("matmul", {sa, sb}, {out}, [pa = sa.get(), pb = sb.get(), pc = out.get(), m, k, n] {
+    detail::cpu::matmul(pa->data(), pb->data(), pc->data(), m, k, n);
+  });
   return {std::move(out), std::move(out_shape)};
 }
 
@@ -303,8 +305,8 @@ tensor transpose(const tensor& a) {
   const std::int64_t cols = a.shape()[1];
   shape out_shape{cols, rows};
   auto out = detail::allocate("transpose", out_shape, a.device());
-  detail::issue("transpose", {in}, {out}, [pin = in->data(), po = out->data(), rows, cols] {
-    detail::cpu::transpose(pin, po, rows, cols);
+  detail::issue("transpose", {in}, {out}, [pin = in.get(), po = out.get(), rows, cols] {
+    detail::cpu::transpose(pin->data(), po->data(), rows, cols);
   });
   return {std::move(out), std::move(out_shape)};
 }

@@ -53,8 +53,8 @@ tensor tensor::to(cotensor::device d) const {
   const auto& src = detail::checked(*this, "to");
   detail::require_device("to", d);
   auto dst = detail::allocate("to", shape_, d);
-  detail::issue("to", {src}, {dst}, [in = src->data(), out = dst->data(), n = numel()] {
-    detail::cpu::copy(in, out, n);
+  detail::issue("to", {src}, {dst}, [in = src.get(), out = dst.get(), n = numel()] {
+    detail::cpu::copy(in->data(), out->data(), n);
   });
   return {std::move(dst), shape_};
 }

@@ -470,6 +470,49 @@ TEST_SUITE("engine") {
     CHECK_NOTHROW(cotensor::wait_all());
   }
 
+  TEST_CASE("a large result gets its memory when its op starts, not when it is issued" *
+            doctest::timeout(30)) {
+    cotensor::runtime rt({.worker_threads = 2});
+    gate g;
+    constexpr std::int64_t n = 1 << 20;  // 4 MiB: above the 64 KiB of an allocation at issue
+    constexpr std::int64_t bytes = n * 4;
+    const tensor x = cotensor::full({n}, 1.0F);
+    const tensor held = gated(x, g.future());  // x's value, once the gate opens
+    x.wait();
+    // `held`'s own 4 MiB may or may not be counted yet: its op may not have started.
+    const auto before = rt.stats().live_buffer_bytes;
+    std::vector<tensor> queued;
+    for (int i = 0; i < 8; ++i) {
+      queued.push_back(held + static_cast<float>(i));  // 8 x 4 MiB results, queued
+    }
+    CHECK(still_pending(queued.back()));
+    // The gated op has its result's memory (it started); the eight queued ones have none.
+    CHECK(rt.stats().live_buffer_bytes - before <= bytes);
+    g.open();
+    for (int i = 0; i < 8; ++i) {
+      const std::vector<float> v = queued[static_cast<std::size_t>(i)].to_vector();
+      CHECK(v.front() == 1.0F + static_cast<float>(i));
+      CHECK(v.back() == 1.0F + static_cast<float>(i));
+    }
+    CHECK(rt.stats().live_buffer_bytes - before >= 8 * bytes);
+    queued.clear();
+    CHECK(rt.stats().live_buffer_bytes - before <= bytes);
+  }
+
+  TEST_CASE("a large result whose memory cannot be had fails its op, not the call" *
+            doctest::timeout(30)) {
+    cotensor::runtime rt({.worker_threads = 2});
+    const auto before = rt.stats().live_buffer_bytes;
+    tensor huge;
+    CHECK_NOTHROW(huge = cotensor::full({std::int64_t{1} << 42}, 1.0F));  // 16 TiB
+    CHECK_THROWS_AS(huge.wait(), std::bad_alloc);
+    CHECK_THROWS_AS((void)(huge + 1.0F).to_vector(), std::bad_alloc);  // the error spreads
+    CHECK(cotensor::full({2}, 2.0F).to_vector() == std::vector<float>{2.0F, 2.0F});
+    huge = tensor{};
+    cotensor::wait_all();
+    CHECK(rt.stats().live_buffer_bytes == before);
+  }
+
   TEST_CASE("wait_all waits for a held op issued before it" * doctest::timeout(30)) {
     cotensor::runtime rt({.worker_threads = 2});
     gate g;

@@ -26,7 +26,8 @@
 
 // Injected faults (src/engine/faults.hpp): a failing op must reach exactly the waiters that
 // depend on it, in every form of wait, while unrelated work completes with its right values;
-// a failing allocation must throw at the call and leave nothing behind; a delayed completion
+// a failing allocation (of a small buffer, made at the call) must throw at the call and leave
+// nothing behind (engine_test checks a large one: it fails its op); a delayed completion
 // must hold back only what depends on it. After each case every buffer and op node is freed.
 
 namespace {

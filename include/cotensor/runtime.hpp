@@ -55,6 +55,10 @@ struct runtime_stats {
   std::uint64_t admission_waits = 0;  ///< times an issuing thread found the queue full
   /// Tensor buffers alive in the whole process (all runtimes), for leak checks.
   std::int64_t live_buffers = 0;
+  /// Bytes of tensor memory allocated in the whole process. A buffer of more than 64 KiB is
+  /// allocated when the op that writes it starts, not when that op is issued, so ops queued
+  /// ahead do not count here until they run.
+  std::int64_t live_buffer_bytes = 0;
   /// Op nodes alive in the whole process (issued or being built, not yet freed).
   std::int64_t live_ops = 0;
 };

@@ -81,17 +81,39 @@ std::size_t buffer_bytes(const cotensor::shape& s) noexcept {
 
 }  // namespace
 
-storage::storage(const cotensor::shape& s, cotensor::device d) : shape_(s), device_(d) {
-  data_ = static_cast<float*>(allocate_bytes(buffer_bytes(s), buffer_alignment));
+storage::storage(const cotensor::shape& s, cotensor::device d)
+    : data_(nullptr), shape_(s), device_(d) {
+  if (const std::size_t bytes = buffer_bytes(s); bytes <= delayed_bytes) {
+    data_.store(static_cast<float*>(allocate_bytes(bytes, buffer_alignment)),
+                std::memory_order_relaxed);
+    add_count(live_count::buffer_bytes, static_cast<std::int64_t>(bytes));
+  }
   add_count(live_count::buffers, 1);
 }
 
+// Two threads may both find no memory (two readers of a buffer whose writer failed before its
+// kernel ran): one block wins, the other goes back.
+float* storage::first_data() {
+  auto* p = static_cast<float*>(allocate_bytes(buffer_bytes(shape_), buffer_alignment));
+  float* expected = nullptr;
+  if (data_.compare_exchange_strong(expected, p, std::memory_order_acq_rel)) {
+    add_count(live_count::buffer_bytes, static_cast<std::int64_t>(buffer_bytes(shape_)));
+    return p;
+  }
+  free_bytes(p, buffer_bytes(shape_), buffer_alignment);
+  return expected;
+}
+
 storage::~storage() {
-  free_bytes(data_, buffer_bytes(shape_), buffer_alignment);
+  if (float* p = data_.load(std::memory_order_relaxed)) {
+    free_bytes(p, buffer_bytes(shape_), buffer_alignment);
+    add_count(live_count::buffer_bytes, -static_cast<std::int64_t>(buffer_bytes(shape_)));
+  }
   add_count(live_count::buffers, -1);
 }
 
 std::int64_t live_buffers() noexcept { return total_count(live_count::buffers); }
+std::int64_t live_buffer_bytes() noexcept { return total_count(live_count::buffer_bytes); }
 std::int64_t live_op_nodes() noexcept { return total_count(live_count::op_nodes); }
 
 std::shared_ptr<storage> storage::make(const cotensor::shape& s, cotensor::device d) {
@@ -674,6 +696,7 @@ runtime_stats engine::stats() const noexcept {
   s.peak_in_flight = peak_in_flight_.load(std::memory_order_relaxed);
   s.admission_waits = admission_waits_.load(std::memory_order_relaxed);
   s.live_buffers = live_buffers();
+  s.live_buffer_bytes = live_buffer_bytes();
   s.live_ops = live_op_nodes();
   return s;
 }

@@ -51,8 +51,10 @@ void* allocate_bytes(std::size_t bytes, std::size_t alignment);
 /// Frees a block from `allocate_bytes`, given the same `bytes` and `alignment`.
 void free_bytes(void* p, std::size_t bytes, std::size_t alignment) noexcept;
 
-/// Buffers (`storage`) and op nodes alive in the process, for leak checks (runtime_stats).
+/// Buffers (`storage`), the bytes of their floats and op nodes alive in the process, for leak
+/// checks (runtime_stats).
 std::int64_t live_buffers() noexcept;
+std::int64_t live_buffer_bytes() noexcept;
 std::int64_t live_op_nodes() noexcept;
 
 /// A std::allocator-like front for `allocate_bytes`.
@@ -71,8 +73,16 @@ struct allocator {
 };
 
 /// A tensor's buffer: 64-byte aligned floats plus the read/write queue that orders access.
+///
+/// A buffer of more than `delayed_bytes` gets its memory at its first data() call, which is
+/// when the op that writes it starts (MXNet's delay_alloc): ops queued ahead hold no memory for
+/// their results, and a block that a finished op freed comes back, still in the cache, to the
+/// next. Smaller buffers get theirs here, from the per-thread block cache, so that a small op's
+/// failed allocation throws at the call.
 class storage {
 public:
+  static constexpr std::size_t delayed_bytes = 64 * 1024;
+
   /// A new buffer for a tensor of shape `s`, uninitialised.
   static std::shared_ptr<storage> make(const cotensor::shape& s, cotensor::device d);
 
@@ -81,7 +91,12 @@ public:
   storage& operator=(const storage&) = delete;
   ~storage();
 
-  float* data() noexcept { return data_; }
+  /// The floats; the first call allocates a delayed buffer and may throw std::bad_alloc (in a
+  /// kernel, that becomes the op's error). Safe to call from several threads at once.
+  float* data() {
+    float* p = data_.load(std::memory_order_acquire);
+    return p != nullptr ? p : first_data();
+  }
   std::int64_t numel() const noexcept { return shape_.numel(); }
   /// The shape the buffer was made with (views may see it otherwise).
   const cotensor::shape& shape() const noexcept { return shape_; }
@@ -90,7 +105,8 @@ public:
   detail::var var;
 
 private:
-  float* data_;
+  float* first_data();
+  std::atomic<float*> data_;
   cotensor::shape shape_;
   cotensor::device device_;
 };

@@ -11,13 +11,13 @@
 
 namespace cotensor::detail {
 
-enum class live_count : unsigned { buffers, op_nodes };
+enum class live_count : unsigned { buffers, buffer_bytes, op_nodes };
 
 struct count_slot {
   count_slot() = default;
   explicit count_slot(bool is_shared) noexcept : shared(is_shared) {}
 
-  std::array<std::atomic<std::int64_t>, 2> values{};
+  std::array<std::atomic<std::int64_t>, 3> values{};
   count_slot* next = nullptr;     // set once, before the slot is published
   std::atomic<bool> taken{true};  // owned by a live thread
   bool shared = false;            // the fallback slot, moved by any thread
