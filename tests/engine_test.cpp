@@ -499,6 +499,35 @@ TEST_SUITE("engine") {
     CHECK(rt.stats().live_buffer_bytes - before <= bytes);
   }
 
+  TEST_CASE("large results freed and made again on three threads keep their own values" *
+            doctest::timeout(60)) {
+    // Blocks of more than 64 KiB are handed from the thread that frees them to the next op
+    // that needs one of that size, on any thread (src/engine/engine.cpp, recent_blocks).
+    cotensor::runtime rt({.worker_threads = 2});
+    constexpr std::int64_t n = 20'000;  // 80 KB
+    std::atomic<int> wrong{0};
+    auto work = [&](int thread) {
+      for (int i = 0; i < 300; ++i) {
+        const auto value = static_cast<float>(thread * 1000 + i);
+        tensor a = cotensor::full({n}, value);
+        tensor b = a + 1.0F;
+        a = tensor{};  // its block may go to another thread's op before `b` is read
+        tensor c = b * 2.0F;
+        const std::vector<float> v = c.to_vector();
+        if (v.front() != (value + 1.0F) * 2.0F || v.back() != (value + 1.0F) * 2.0F ||
+            v[static_cast<std::size_t>(n / 2)] != (value + 1.0F) * 2.0F) {
+          wrong.fetch_add(1);
+        }
+      }
+    };
+    std::thread t1(work, 1);
+    std::thread t2(work, 2);
+    work(0);
+    t1.join();
+    t2.join();
+    CHECK(wrong.load() == 0);
+  }
+
   TEST_CASE("a large result whose memory cannot be had fails its op, not the call" *
             doctest::timeout(30)) {
     cotensor::runtime rt({.worker_threads = 2});

@@ -6,6 +6,7 @@
 #include "cotensor/tensor.hpp"
 
 #include "cpu/kernels.hpp"
+#include "engine/spin_mutex.hpp"
 #include "engine/thread_counts.hpp"
 
 #if !COTENSOR_STD_THREADS
@@ -79,6 +80,115 @@ std::size_t buffer_bytes(const cotensor::shape& s) noexcept {
   return static_cast<std::size_t>(std::max<std::int64_t>(s.numel(), 1)) * sizeof(float);
 }
 
+#if !COTENSOR_SYSTEM_ALLOCATOR
+// The blocks of the last few delayed buffers freed, shared by every thread. A result is freed
+// where its last handle drops, often on the frontend, and the next one allocated where its op
+// starts, on a worker: through oneTBB alone the freed block would wait in the frontend's own
+// cache while the worker took another, cold one. From here the worker gets back the block it
+// wrote last, still in its cache. A block freed by the taking thread itself comes first (a
+// worker that frees its op's result and starts the next op). At most `capacity` blocks and
+// `max_bytes` in all; the oldest goes back to oneTBB. Never destroyed (buffers may be freed
+// during static destruction).
+class recent_blocks {
+public:
+  static constexpr std::size_t capacity = 4;
+  static constexpr std::size_t max_bytes = std::size_t{32} << 20;
+
+  /// A kept block of exactly `bytes`, the most recent one this thread freed, else the most
+  /// recent one; or null.
+  void* take(std::size_t bytes) noexcept {
+    const std::lock_guard lock(mutex_);
+    std::size_t found = count_;
+    for (std::size_t i = count_; i-- > 0;) {
+      if (blocks_[i].bytes != bytes) {
+        continue;
+      }
+      if (found == count_ || blocks_[i].owner == &this_thread_tag) {
+        found = i;
+      }
+      if (blocks_[i].owner == &this_thread_tag) {
+        break;
+      }
+    }
+    if (found == count_) {
+      return nullptr;
+    }
+    void* p = blocks_[found].p;
+    std::copy(blocks_.begin() + static_cast<std::ptrdiff_t>(found) + 1,
+              blocks_.begin() + static_cast<std::ptrdiff_t>(count_),
+              blocks_.begin() + static_cast<std::ptrdiff_t>(found));
+    --count_;
+    held_ -= bytes;
+    return p;
+  }
+
+  /// Keeps `p` (of `bytes`), giving the oldest blocks back to oneTBB to make room, or gives `p`
+  /// back itself when it is larger than the whole cache.
+  void keep(void* p, std::size_t bytes) noexcept {
+    if (bytes > max_bytes) {
+      scalable_aligned_free(p);
+      return;
+    }
+    std::array<void*, capacity> evicted{};
+    std::size_t n = 0;
+    {
+      const std::lock_guard lock(mutex_);
+      while (count_ == capacity || held_ + bytes > max_bytes) {
+        evicted[n++] = blocks_[0].p;
+        held_ -= blocks_[0].bytes;
+        std::copy(blocks_.begin() + 1, blocks_.begin() + static_cast<std::ptrdiff_t>(count_),
+                  blocks_.begin());
+        --count_;
+      }
+      blocks_[count_++] = {p, bytes, &this_thread_tag};
+      held_ += bytes;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      scalable_aligned_free(evicted[i]);
+    }
+  }
+
+private:
+  struct block {
+    void* p;
+    std::size_t bytes;
+    const void* owner;  // the thread that freed it
+  };
+  // Its address names the calling thread.
+  static thread_local inline char this_thread_tag = 0;
+  spin_mutex mutex_;
+  std::array<block, capacity> blocks_{};
+  std::size_t count_ = 0;
+  std::size_t held_ = 0;
+};
+
+recent_blocks& recent() noexcept {
+  static auto* const blocks = new recent_blocks;
+  return *blocks;
+}
+#endif
+
+// A delayed buffer's block: a recent one of its size when there is one (not while faults are
+// injected, so that every allocation is counted), else a new one.
+void* take_block(std::size_t bytes) {
+#if !COTENSOR_SYSTEM_ALLOCATOR
+  if (!faults::enabled()) {
+    if (void* p = recent().take(bytes)) {
+      return p;
+    }
+  }
+#endif
+  return allocate_bytes(bytes, buffer_alignment);
+}
+
+void give_block(void* p, std::size_t bytes) noexcept {
+#if !COTENSOR_SYSTEM_ALLOCATOR
+  recent().keep(p, bytes);
+#else
+  free_bytes(p, bytes, buffer_alignment);
+#endif
+}
+
 }  // namespace
 
 storage::storage(const cotensor::shape& s, cotensor::device d)
@@ -94,19 +204,23 @@ storage::storage(const cotensor::shape& s, cotensor::device d)
 // Two threads may both find no memory (two readers of a buffer whose writer failed before its
 // kernel ran): one block wins, the other goes back.
 float* storage::first_data() {
-  auto* p = static_cast<float*>(allocate_bytes(buffer_bytes(shape_), buffer_alignment));
+  auto* p = static_cast<float*>(take_block(buffer_bytes(shape_)));
   float* expected = nullptr;
   if (data_.compare_exchange_strong(expected, p, std::memory_order_acq_rel)) {
     add_count(live_count::buffer_bytes, static_cast<std::int64_t>(buffer_bytes(shape_)));
     return p;
   }
-  free_bytes(p, buffer_bytes(shape_), buffer_alignment);
+  give_block(p, buffer_bytes(shape_));
   return expected;
 }
 
 storage::~storage() {
   if (float* p = data_.load(std::memory_order_relaxed)) {
-    free_bytes(p, buffer_bytes(shape_), buffer_alignment);
+    if (const std::size_t bytes = buffer_bytes(shape_); bytes > delayed_bytes) {
+      give_block(p, bytes);
+    } else {
+      free_bytes(p, bytes, buffer_alignment);
+    }
     add_count(live_count::buffer_bytes, -static_cast<std::int64_t>(buffer_bytes(shape_)));
   }
   add_count(live_count::buffers, -1);
