@@ -103,11 +103,12 @@ public:
       if (blocks_[i].bytes != bytes) {
         continue;
       }
-      if (found == count_ || blocks_[i].owner == &this_thread_tag) {
-        found = i;
-      }
       if (blocks_[i].owner == &this_thread_tag) {
+        found = i;
         break;
+      }
+      if (found == count_) {
+        found = i;
       }
     }
     if (found == count_) {
@@ -126,15 +127,15 @@ public:
   /// back itself when it is larger than the whole cache.
   void keep(void* p, std::size_t bytes) noexcept {
     if (bytes > max_bytes) {
-      scalable_aligned_free(p);
+      free_bytes(p, bytes, buffer_alignment);
       return;
     }
-    std::array<void*, capacity> evicted{};
+    std::array<block, capacity> evicted{};
     std::size_t n = 0;
     {
       const std::lock_guard lock(mutex_);
       while (count_ == capacity || held_ + bytes > max_bytes) {
-        evicted[n++] = blocks_[0].p;
+        evicted[n++] = blocks_[0];
         held_ -= blocks_[0].bytes;
         std::copy(blocks_.begin() + 1, blocks_.begin() + static_cast<std::ptrdiff_t>(count_),
                   blocks_.begin());
@@ -144,7 +145,7 @@ public:
       held_ += bytes;
     }
     for (std::size_t i = 0; i < n; ++i) {
-      scalable_aligned_free(evicted[i]);
+      free_bytes(evicted[i].p, evicted[i].bytes, buffer_alignment);
     }
   }
 
@@ -204,24 +205,26 @@ storage::storage(const cotensor::shape& s, cotensor::device d)
 // Two threads may both find no memory (two readers of a buffer whose writer failed before its
 // kernel ran): one block wins, the other goes back.
 float* storage::first_data() {
-  auto* p = static_cast<float*>(take_block(buffer_bytes(shape_)));
+  const std::size_t bytes = buffer_bytes(shape_);
+  auto* p = static_cast<float*>(take_block(bytes));
   float* expected = nullptr;
   if (data_.compare_exchange_strong(expected, p, std::memory_order_acq_rel)) {
-    add_count(live_count::buffer_bytes, static_cast<std::int64_t>(buffer_bytes(shape_)));
+    add_count(live_count::buffer_bytes, static_cast<std::int64_t>(bytes));
     return p;
   }
-  give_block(p, buffer_bytes(shape_));
+  give_block(p, bytes);
   return expected;
 }
 
 storage::~storage() {
   if (float* p = data_.load(std::memory_order_relaxed)) {
-    if (const std::size_t bytes = buffer_bytes(shape_); bytes > delayed_bytes) {
+    const std::size_t bytes = buffer_bytes(shape_);
+    if (bytes > delayed_bytes) {
       give_block(p, bytes);
     } else {
       free_bytes(p, bytes, buffer_alignment);
     }
-    add_count(live_count::buffer_bytes, -static_cast<std::int64_t>(buffer_bytes(shape_)));
+    add_count(live_count::buffer_bytes, -static_cast<std::int64_t>(bytes));
   }
   add_count(live_count::buffers, -1);
 }
