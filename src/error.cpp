@@ -17,6 +17,8 @@ public:
       return "blocking wait on a backend worker thread (it could deadlock)";
     case errc::shutting_down:
       return "the runtime is shutting down";
+    case errc::op_abandoned:
+      return "the op's completion was destroyed without being invoked";
     }
     return "unknown cotensor error";
   }

@@ -6,8 +6,8 @@
 #include "cotensor/shape.hpp"
 #include "cotensor/tensor.hpp"
 
-#include "cpu/kernels.hpp"
 #include "engine/engine.hpp"
+#include "kernel_table.hpp"
 
 #include <memory>
 #include <string>
@@ -26,8 +26,8 @@ std::shared_ptr<storage> allocate(const char* op, const shape& s, device d);
 void require_same_device(const char* op, const tensor& a, const tensor& b);
 
 /// a ⊗= b, broadcasting b over a's shape.
-void issue_in_place(const char* op, cpu::binary_op kind, const tensor& a, const tensor& b);
+void issue_in_place(const char* op, binary_op kind, const tensor& a, const tensor& b);
 /// a ⊗= s.
-void issue_in_place(const char* op, cpu::binary_op kind, const tensor& a, float s);
+void issue_in_place(const char* op, binary_op kind, const tensor& a, float s);
 
 }  // namespace cotensor::detail

@@ -27,7 +27,7 @@ void throw_invalid(const char* op, const std::string& message) {
 }
 
 void require_device(const char* op, device d) {
-  if (!d.is_cpu()) {
+  if (!has_backend(d)) {
     const std::string what = std::string("cotensor::") + op +
                              ": device cuda:" + std::to_string(d.index) +
                              " is not available (this build has no CUDA backend)";
@@ -55,7 +55,7 @@ void require_same_device(const char* op, const tensor& a, const tensor& b) {
   }
 }
 
-void issue_in_place(const char* op, cpu::binary_op kind, const tensor& a, const tensor& b) {
+void issue_in_place(const char* op, binary_op kind, const tensor& a, const tensor& b) {
   require_same_device(op, a, b);
   if (broadcast_shape(a.shape(), b.shape()) != a.shape()) {
     throw_invalid(op, "cannot broadcast " + b.shape().to_string() + " into the shape " +
@@ -63,33 +63,40 @@ void issue_in_place(const char* op, cpu::binary_op kind, const tensor& a, const 
   }
   const auto& sa = a.storage();
   const auto& sb = b.storage();
-  issue(op, {sa, sb}, {sa}, [kind, pa = sa.get(), pb = sb.get(), as = a.shape(), bs = b.shape()] {
-    float* data = pa->data();
-    cpu::binary(kind, data, as, pb->data(), bs, data, as);
-  });
+  issue(op, {sa, sb}, {sa},
+        [k = &kernels_for(a.device()), kind, pa = sa.get(), pb = sb.get(), as = a.shape(),
+         bs = b.shape()] {
+          float* data = pa->data();
+          k->binary(kind, data, as, pb->data(), bs, data, as);
+        });
 }
 
-void issue_in_place(const char* op, cpu::binary_op kind, const tensor& a, float s) {
+void issue_in_place(const char* op, binary_op kind, const tensor& a, float s) {
   const auto& sa = checked(a, op);
-  issue(op, {sa}, {sa}, [kind, pa = sa.get(), s, n = a.numel()] {
+  issue(op, {sa}, {sa}, [k = &kernels_for(a.device()), kind, pa = sa.get(), s, n = a.numel()] {
     float* data = pa->data();
-    cpu::binary_scalar(kind, data, s, false, data, n);
+    k->binary_scalar(kind, data, s, false, data, n);
   });
 }
 
 tensor map_op(const tensor& x, unary_kernel kernel) {
   const auto& in = checked(x, "map");
   auto out = allocate("map", x.shape(), x.device());
+  const auto host_chunks = kernels_for(x.device()).host_chunks;
+  if (host_chunks == nullptr) {
+    throw_invalid("map", "the host cannot run a function on this device's memory");
+  }
   auto op = make_op("map", {in}, {out});
   op->runs_user_code = true;
-  op->kernel.emplace([kernel = std::move(kernel), sin = in.get(), sout = out.get(), n = x.numel()] {
-    const float* pin = sin->data();
-    float* pout = sout->data();
-    cpu::parallel_chunks(n, 4096, [&](std::int64_t lo, std::int64_t hi) {
-      const backend_thread_guard backend;  // the chunk may run on another worker
-      kernel(pin + lo, pout + lo, hi - lo);
-    });
-  });
+  op->kernel.emplace(
+      [kernel = std::move(kernel), host_chunks, sin = in.get(), sout = out.get(), n = x.numel()] {
+        const float* pin = sin->data();
+        float* pout = sout->data();
+        host_chunks(n, 4096, [&](std::int64_t lo, std::int64_t hi) {
+          const backend_thread_guard backend;  // the chunk may run on another worker
+          kernel(pin + lo, pout + lo, hi - lo);
+        });
+      });
   current_engine().push(std::move(op));
   return {std::move(out), x.shape()};
 }
@@ -98,14 +105,15 @@ tensor map_op(const tensor& x, unary_kernel kernel) {
 
 namespace {
 
+using detail::binary_op;
 using detail::checked;
-using detail::cpu::binary_op;
-using detail::cpu::unary_op;
+using detail::unary_op;
 
 tensor filled(const char* op, shape s, float value, device d) {
   auto out = detail::allocate(op, s, d);
-  detail::issue(op, {}, {out},
-                [p = out.get(), n = s.numel(), value] { detail::cpu::fill(p->data(), n, value); });
+  detail::issue(op, {}, {out}, [k = &detail::kernels_for(d), p = out.get(), n = s.numel(), value] {
+    k->fill(p->data(), n, value);
+  });
   return {std::move(out), std::move(s)};
 }
 
@@ -116,15 +124,15 @@ tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) 
   const auto& sa = a.storage();
   const auto& sb = b.storage();
   if (a.shape() == b.shape()) {  // the common case: a closure small enough to live in the op
-    detail::issue(op, {sa, sb}, {out},
-                  [kind, pa = sa.get(), pb = sb.get(), po = out.get(), n = a.numel()] {
-                    detail::cpu::binary_same_shape(kind, pa->data(), pb->data(), po->data(), n);
-                  });
+    detail::issue(
+        op, {sa, sb}, {out},
+        [k = &detail::kernels_for(a.device()), kind, pa = sa.get(), pb = sb.get(), po = out.get(),
+         n = a.numel()] { k->binary_same_shape(kind, pa->data(), pb->data(), po->data(), n); });
   } else {
     detail::issue(op, {sa, sb}, {out},
-                  [kind, pa = sa.get(), pb = sb.get(), po = out.get(), as = a.shape(),
-                   bs = b.shape(), os = out_shape] {
-                    detail::cpu::binary(kind, pa->data(), as, pb->data(), bs, po->data(), os);
+                  [k = &detail::kernels_for(a.device()), kind, pa = sa.get(), pb = sb.get(),
+                   po = out.get(), as = a.shape(), bs = b.shape(), os = out_shape] {
+                    k->binary(kind, pa->data(), as, pb->data(), bs, po->data(), os);
                   });
   }
   return {std::move(out), std::move(out_shape)};
@@ -133,19 +141,19 @@ tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) 
 tensor scalar(const char* op, binary_op kind, const tensor& a, float s, bool scalar_left) {
   const auto& sa = checked(a, op);
   auto out = detail::allocate(op, a.shape(), a.device());
-  detail::issue(op, {sa}, {out},
-                [kind, pa = sa.get(), po = out.get(), s, scalar_left, n = a.numel()] {
-                  detail::cpu::binary_scalar(kind, pa->data(), s, scalar_left, po->data(), n);
-                });
+  detail::issue(
+      op, {sa}, {out},
+      [k = &detail::kernels_for(a.device()), kind, pa = sa.get(), po = out.get(), s, scalar_left,
+       n = a.numel()] { k->binary_scalar(kind, pa->data(), s, scalar_left, po->data(), n); });
   return {std::move(out), a.shape()};
 }
 
 tensor unary(const char* op, unary_op kind, const tensor& x) {
   const auto& in = checked(x, op);
   auto out = detail::allocate(op, x.shape(), x.device());
-  detail::issue(op, {in}, {out}, [kind, pin = in.get(), po = out.get(), n = x.numel()] {
-    detail::cpu::unary(kind, pin->data(), po->data(), n);
-  });
+  detail::issue(op, {in}, {out},
+                [k = &detail::kernels_for(x.device()), kind, pin = in.get(), po = out.get(),
+                 n = x.numel()] { k->unary(kind, pin->data(), po->data(), n); });
   return {std::move(out), x.shape()};
 }
 
@@ -164,10 +172,11 @@ tensor reduce_all(const char* op, const tensor& x, bool mean) {
     detail::throw_invalid(op, "mean of an empty tensor");
   }
   auto out = detail::allocate(op, shape{}, x.device());
-  detail::issue(op, {in}, {out}, [pin = in.get(), po = out.get(), n = x.numel(), mean] {
-    const double total = detail::cpu::sum(pin->data(), n);
-    po->data()[0] = static_cast<float>(mean ? total / static_cast<double>(n) : total);
-  });
+  detail::issue(
+      op, {in}, {out},
+      [k = &detail::kernels_for(x.device()), pin = in.get(), po = out.get(), n = x.numel(), mean] {
+        k->sum(pin->data(), n, mean ? static_cast<double>(n) : 1.0, po->data());
+      });
   return {std::move(out), shape{}};
 }
 
@@ -195,9 +204,10 @@ tensor reduce_axis(const char* op, const tensor& x, int axis, bool mean) {
   auto out = detail::allocate(op, out_shape, x.device());
   const std::int64_t extent = extents[ax];
   const double scale = mean ? 1.0 / static_cast<double>(extent) : 1.0;
-  detail::issue(op, {in}, {out}, [pin = in.get(), po = out.get(), outer, extent, inner, scale] {
-    detail::cpu::sum_axis(pin->data(), outer, extent, inner, scale, po->data());
-  });
+  detail::issue(op, {in}, {out},
+                [k = &detail::kernels_for(x.device()), pin = in.get(), po = out.get(), outer,
+                 extent, inner,
+                 scale] { k->sum_axis(pin->data(), outer, extent, inner, scale, po->data()); });
   return {std::move(out), std::move(out_shape)};
 }
 
@@ -214,9 +224,11 @@ tensor from_vector(std::vector<float> values, shape s, device d) {
                                              std::to_string(s.numel()) + " elements)");
   }
   auto out = detail::allocate("from_vector", s, d);
-  detail::issue("from_vector", {}, {out}, [values = std::move(values), p = out.get()] {
-    detail::cpu::copy(values.data(), p->data(), static_cast<std::int64_t>(values.size()));
-  });
+  detail::issue("from_vector", {}, {out},
+                [k = &detail::kernels_for(d), values = std::move(values), p = out.get()] {
+                  k->copy_from_host(values.data(), p->data(),
+                                    static_cast<std::int64_t>(values.size()));
+                });
   return {std::move(out), std::move(s)};
 }
 
@@ -290,9 +302,10 @@ tensor matmul(const tensor& a, const tensor& b) {
   auto out = detail::allocate("matmul", out_shape, a.device());
   const auto& sa = a.storage();
   const auto& sb = b.storage();
-  detail::issue("matmul", {sa, sb}, {out}, [pa = sa.get(), pb = sb.get(), pc = out.get(), m, k, n] {
-    detail::cpu::matmul(pa->data(), pb->data(), pc->data(), m, k, n);
-  });
+  detail::issue("matmul", {sa, sb}, {out},
+                [kernels = &detail::kernels_for(a.device()), pa = sa.get(), pb = sb.get(),
+                 pc = out.get(), m, k,
+                 n] { kernels->matmul(pa->data(), pb->data(), pc->data(), m, k, n); });
   return {std::move(out), std::move(out_shape)};
 }
 
@@ -305,9 +318,10 @@ tensor transpose(const tensor& a) {
   const std::int64_t cols = a.shape()[1];
   shape out_shape{cols, rows};
   auto out = detail::allocate("transpose", out_shape, a.device());
-  detail::issue("transpose", {in}, {out}, [pin = in.get(), po = out.get(), rows, cols] {
-    detail::cpu::transpose(pin->data(), po->data(), rows, cols);
-  });
+  detail::issue("transpose", {in}, {out},
+                [k = &detail::kernels_for(a.device()), pin = in.get(), po = out.get(), rows, cols] {
+                  k->transpose(pin->data(), po->data(), rows, cols);
+                });
   return {std::move(out), std::move(out_shape)};
 }
 

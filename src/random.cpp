@@ -25,9 +25,10 @@ tensor randn(shape s, device d) {
   const auto next = next_stream();
   const std::uint64_t seed = next.first;
   const std::uint64_t stream = next.second;
-  detail::issue("randn", {}, {out}, [p = out.get(), n = s.numel(), seed, stream] {
-    detail::cpu::randn(p->data(), n, seed, stream);
-  });
+  detail::issue("randn", {}, {out},
+                [k = &detail::kernels_for(d), p = out.get(), n = s.numel(), seed, stream] {
+                  k->randn(p->data(), n, seed, stream);
+                });
   return {std::move(out), std::move(s)};
 }
 

@@ -95,4 +95,9 @@ void wait_all() {
   }
 }
 
+namespace detail {
+
+engine& current_engine() { return runtime::current().engine(); }
+
+}  // namespace detail
 }  // namespace cotensor

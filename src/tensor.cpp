@@ -53,44 +53,45 @@ tensor tensor::to(cotensor::device d) const {
   const auto& src = detail::checked(*this, "to");
   detail::require_device("to", d);
   auto dst = detail::allocate("to", shape_, d);
-  detail::issue("to", {src}, {dst}, [in = src.get(), out = dst.get(), n = numel()] {
-    detail::cpu::copy(in->data(), out->data(), n);
-  });
+  detail::issue("to", {src}, {dst},
+                [k = &detail::kernels_for(d), in = src.get(), out = dst.get(), n = numel()] {
+                  k->copy(in->data(), out->data(), n);
+                });
   return {std::move(dst), shape_};
 }
 
 tensor tensor::sum() const { return cotensor::sum(*this); }
 
 tensor& tensor::operator+=(const tensor& rhs) {
-  detail::issue_in_place("operator+=", detail::cpu::binary_op::add, *this, rhs);
+  detail::issue_in_place("operator+=", detail::binary_op::add, *this, rhs);
   return *this;
 }
 tensor& tensor::operator+=(float rhs) {
-  detail::issue_in_place("operator+=", detail::cpu::binary_op::add, *this, rhs);
+  detail::issue_in_place("operator+=", detail::binary_op::add, *this, rhs);
   return *this;
 }
 tensor& tensor::operator-=(const tensor& rhs) {
-  detail::issue_in_place("operator-=", detail::cpu::binary_op::sub, *this, rhs);
+  detail::issue_in_place("operator-=", detail::binary_op::sub, *this, rhs);
   return *this;
 }
 tensor& tensor::operator-=(float rhs) {
-  detail::issue_in_place("operator-=", detail::cpu::binary_op::sub, *this, rhs);
+  detail::issue_in_place("operator-=", detail::binary_op::sub, *this, rhs);
   return *this;
 }
 tensor& tensor::operator*=(const tensor& rhs) {
-  detail::issue_in_place("operator*=", detail::cpu::binary_op::mul, *this, rhs);
+  detail::issue_in_place("operator*=", detail::binary_op::mul, *this, rhs);
   return *this;
 }
 tensor& tensor::operator*=(float rhs) {
-  detail::issue_in_place("operator*=", detail::cpu::binary_op::mul, *this, rhs);
+  detail::issue_in_place("operator*=", detail::binary_op::mul, *this, rhs);
   return *this;
 }
 tensor& tensor::operator/=(const tensor& rhs) {
-  detail::issue_in_place("operator/=", detail::cpu::binary_op::div, *this, rhs);
+  detail::issue_in_place("operator/=", detail::binary_op::div, *this, rhs);
   return *this;
 }
 tensor& tensor::operator/=(float rhs) {
-  detail::issue_in_place("operator/=", detail::cpu::binary_op::div, *this, rhs);
+  detail::issue_in_place("operator/=", detail::binary_op::div, *this, rhs);
   return *this;
 }
 

@@ -5,6 +5,7 @@
 #include "cotensor/config.hpp"
 
 #include "cotensor/asio.hpp"
+#include "cotensor/async_op.hpp"
 #include "cotensor/batcher.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/error.hpp"

@@ -17,6 +17,9 @@ enum class errc {
   wait_on_backend_thread,
   /// The runtime is shutting down and takes no more work.
   shutting_down,
+  /// An op that completes later (`async_op`) lost its completion without invoking it: the
+  /// op failed, and every wait on what it writes rethrows this.
+  op_abandoned,
 };
 
 /// The category of `cotensor::errc`.

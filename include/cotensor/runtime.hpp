@@ -53,6 +53,9 @@ struct runtime_stats {
   std::size_t in_flight = 0;    ///< issued and not yet ended (ops run at their call: never)
   std::size_t peak_in_flight = 0;
   std::uint64_t admission_waits = 0;  ///< times an issuing thread found the queue full
+  /// Of those, times the thread ran an Asio event loop and so was admitted over the bound
+  /// instead of blocked: its next cotensor async wait waits for room as well.
+  std::uint64_t admission_deferred = 0;
   /// Tensor buffers alive in the whole process (all runtimes), for leak checks.
   std::int64_t live_buffers = 0;
   /// Bytes of tensor memory allocated in the whole process. A buffer of more than 64 KiB is

@@ -8,7 +8,7 @@
 
 namespace cotensor::detail::cpu {
 
-void init_backend() { openblas_set_num_threads(1); }
+void init_blas() { openblas_set_num_threads(1); }
 
 void matmul(
     const float* a, const float* b, float* c, std::int64_t m, std::int64_t k, std::int64_t n) {

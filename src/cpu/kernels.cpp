@@ -3,7 +3,7 @@
 #include "cotensor/config.hpp"
 
 #if COTENSOR_STD_THREADS
-#include "engine/worker_pool.hpp"
+#include "cpu/worker_pool.hpp"
 #else
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -275,6 +275,26 @@ void sum_axis(const float* in,
           }
         }
       });
+}
+
+const kernel_table& kernels() {
+  static constexpr kernel_table table{
+      .fill = fill,
+      .copy = copy,
+      .copy_from_host = copy,  // host memory is the CPU's
+      .binary = binary,
+      .binary_same_shape = binary_same_shape,
+      .binary_scalar = binary_scalar,
+      .unary = unary,
+      .matmul = matmul,
+      .transpose = transpose,
+      .sum = [](const float* in, std::int64_t n, double divisor,
+                float* out) { out[0] = static_cast<float>(sum(in, n) / divisor); },
+      .sum_axis = sum_axis,
+      .randn = randn,
+      .host_chunks = parallel_chunks,
+  };
+  return table;
 }
 
 }  // namespace cotensor::detail::cpu

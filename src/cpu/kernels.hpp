@@ -6,13 +6,17 @@
 #include "cotensor/shape.hpp"
 
 #include "function_ref.hpp"
+#include "kernel_table.hpp"
 
 #include <cstdint>
 
 namespace cotensor::detail::cpu {
 
-/// Once per engine: switches OpenBLAS's own threading off (oneTBB schedules the GEMM tiles).
-void init_backend();
+/// Once per backend: switches OpenBLAS's own threading off (oneTBB schedules the GEMM tiles).
+void init_blas();
+
+/// The CPU's kernel table (these functions).
+const kernel_table& kernels();
 
 /// Calls `f(begin, end)` over `[0, n)` in chunks of about `grain`, in parallel when n > grain.
 void parallel_chunks(std::int64_t n,
@@ -24,9 +28,6 @@ int backend_concurrency() noexcept;
 
 /// Calls `f(t)` for every t in `[0, tiles)`, in parallel when tiles > 1.
 void parallel_tiles(std::int64_t tiles, function_ref<void(std::int64_t)> f);
-
-enum class binary_op : std::uint8_t { add, sub, mul, div };
-enum class unary_op : std::uint8_t { neg, relu, exp, log, sqrt, tanh, sigmoid };
 
 void fill(float* out, std::int64_t n, float value);
 void copy(const float* in, float* out, std::int64_t n);

@@ -1,7 +1,14 @@
 #include "engine/faults.hpp"
 
+#include "engine/observer.hpp"
+#include "engine/op_node.hpp"
+
+#include <algorithm>
+#include <memory>
 #include <mutex>
 #include <new>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace cotensor::detail::faults {
@@ -9,6 +16,8 @@ namespace cotensor::detail::faults {
 std::atomic<bool> armed{false};
 
 namespace {
+
+enum class op_fault : std::uint8_t { none, fail, delay };
 
 // One armed fault: fires on the `at`-th event (op push or allocation) counted from the start.
 struct target {
@@ -23,13 +32,69 @@ struct state {
   std::vector<target> ops;
   std::vector<target> allocs;
   std::chrono::microseconds delay{0};
+  std::vector<std::uint64_t> failing;  // observer numbers of pushed ops to fail
+  std::vector<std::uint64_t> delayed;  // ... and to delay
 
-  void update_armed() { armed.store(!ops.empty() || !allocs.empty(), std::memory_order_relaxed); }
+  // While anything is armed, the observer counts pushes (and keeps the inline path off, so
+  // that every op is pushed and allocates its node).
+  void update_armed();
 };
 
 state& global() {
   static state s;
   return s;
+}
+
+// Removes `seq` from `list`; true if it was there.
+bool take_seq(std::vector<std::uint64_t>& list, std::uint64_t seq) {
+  auto it = std::ranges::find(list, seq);
+  if (it == list.end()) {
+    return false;
+  }
+  list.erase(it);
+  return true;
+}
+
+class fault_observer final : public op_observer {
+public:
+  void on_push(const op_node& op) noexcept override;
+
+  void on_start(const op_node& op) override {
+    auto& s = global();
+    std::unique_lock lock(s.mutex);
+    if (take_seq(s.failing, op.seq)) {
+      lock.unlock();
+      throw injected_fault(std::string("cotensor: injected fault in op ") + op.name);
+    }
+  }
+
+  void on_end(const op_node& op, bool /*failed*/) noexcept override {
+    auto& s = global();
+    std::unique_lock lock(s.mutex);
+    if (take_seq(s.delayed, op.seq)) {
+      const auto delay = s.delay;
+      lock.unlock();
+      std::this_thread::sleep_for(delay);
+    }
+  }
+};
+
+std::shared_ptr<fault_observer> observer() {
+  static auto* const o = new std::shared_ptr<fault_observer>(std::make_shared<fault_observer>());
+  return *o;
+}
+
+void state::update_armed() {
+  const bool now = !ops.empty() || !allocs.empty();
+  if (now == armed.load(std::memory_order_relaxed)) {
+    return;
+  }
+  if (now) {
+    attach_observer(observer());
+  } else {
+    detach_observer(observer().get());
+  }
+  armed.store(now, std::memory_order_relaxed);
 }
 
 // Removes and returns the fault due at `count`, or none.
@@ -42,6 +107,26 @@ op_fault take(std::vector<target>& targets, std::uint64_t count) {
     }
   }
   return op_fault::none;
+}
+
+void fault_observer::on_push(const op_node& op) noexcept {
+  auto& s = global();
+  std::lock_guard lock(s.mutex);
+  try {
+    switch (take(s.ops, ++s.pushes)) {
+    case op_fault::fail:
+      s.failing.push_back(op.seq);
+      break;
+    case op_fault::delay:
+      s.delayed.push_back(op.seq);
+      break;
+    case op_fault::none:
+      break;
+    }
+    s.update_armed();
+  } catch (...) {
+    // Out of memory in a test's fault injection: the fault is lost.
+  }
 }
 
 }  // namespace
@@ -76,14 +161,6 @@ void reset() noexcept {
   s.update_armed();
 }
 
-op_fault on_push() noexcept {
-  auto& s = global();
-  std::lock_guard lock(s.mutex);
-  const op_fault what = take(s.ops, ++s.pushes);
-  s.update_armed();
-  return what;
-}
-
 void on_allocate() {
   auto& s = global();
   std::unique_lock lock(s.mutex);
@@ -93,12 +170,6 @@ void on_allocate() {
     lock.unlock();
     throw std::bad_alloc();
   }
-}
-
-std::chrono::microseconds completion_delay() noexcept {
-  auto& s = global();
-  std::lock_guard lock(s.mutex);
-  return s.delay;
 }
 
 }  // namespace cotensor::detail::faults

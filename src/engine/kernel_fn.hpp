@@ -1,5 +1,9 @@
 #pragma once
 
+#include "cotensor/detail/op_completion.hpp"
+
+#include "host_allocator.hpp"
+
 #include <cstddef>
 #include <new>
 #include <type_traits>
@@ -7,13 +11,11 @@
 
 namespace cotensor::detail {
 
-void* allocate_bytes(std::size_t bytes, std::size_t alignment);  // engine.hpp
-void free_bytes(void* p, std::size_t bytes, std::size_t alignment) noexcept;
-
-/// A `void()` callable stored inside the op node when it fits (most kernels' captures do), so
-/// issuing an op allocates no closure; larger ones come from the engine's pooled allocator
-/// (`allocate_bytes`), never from the global heap. Neither copyable nor movable: it lives in
-/// its op.
+/// An op's work: a `void()` kernel whose return ends the op (`emplace`), or a
+/// `void(op_completion)` start that ends it later through the completion (`emplace_async`).
+/// Stored inside the op node when it fits (most kernels' captures do), so issuing an op
+/// allocates no closure; larger ones come from the pooled host allocator (`allocate_bytes`),
+/// never from the global heap. Neither copyable nor movable: it lives in its op.
 class kernel_fn {
 public:
   static constexpr std::size_t capacity = 96;
@@ -23,8 +25,33 @@ public:
   kernel_fn& operator=(const kernel_fn&) = delete;
   ~kernel_fn() { reset(); }
 
+  /// Stores a kernel `f()`: the op ends when it returns (or throws).
   template <class F>
   void emplace(F&& f) {
+    store(std::forward<F>(f));
+    invoke_ = [](void* p) { (*static_cast<std::decay_t<F>*>(p))(); };
+  }
+
+  /// Stores a start `f(op_completion)`: the op ends when the completion is invoked.
+  template <class F>
+  void emplace_async(F&& f) {
+    store(std::forward<F>(f));
+    start_ = [](void* p, op_completion&& done) {
+      (*static_cast<std::decay_t<F>*>(p))(std::move(done));
+    };
+  }
+
+  /// Runs a kernel stored by `emplace`.
+  void operator()() { invoke_(target_); }
+  /// Runs a start stored by `emplace_async`, handing it `done`.
+  void start(op_completion&& done) { start_(target_, std::move(done)); }
+  /// True for a start stored by `emplace_async`.
+  bool completes_later() const noexcept { return start_ != nullptr; }
+  explicit operator bool() const noexcept { return target_ != nullptr; }
+
+private:
+  template <class F>
+  void store(F&& f) {
     using fn = std::decay_t<F>;
     reset();
     if constexpr (sizeof(fn) <= capacity && alignof(fn) <= alignof(std::max_align_t) &&
@@ -44,23 +71,21 @@ public:
         free_bytes(q, sizeof(fn), alignof(fn));
       };
     }
-    invoke_ = [](void* p) { (*static_cast<fn*>(p))(); };
   }
 
-  void operator()() { invoke_(target_); }
-  explicit operator bool() const noexcept { return target_ != nullptr; }
-
-private:
   void reset() noexcept {
     if (target_ != nullptr) {
       destroy_(target_);
       target_ = nullptr;
+      invoke_ = nullptr;
+      start_ = nullptr;
     }
   }
 
   alignas(std::max_align_t) unsigned char buffer_[capacity];
   void* target_ = nullptr;
   void (*invoke_)(void*) = nullptr;
+  void (*start_)(void*, op_completion&&) = nullptr;
   void (*destroy_)(void*) noexcept = nullptr;
 };
 

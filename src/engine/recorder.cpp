@@ -6,7 +6,7 @@
 
 namespace cotensor::detail {
 
-recorder::recorder() : start_(std::chrono::steady_clock::now()) {}
+recorder::recorder(const engine* e) : engine_(e), start_(std::chrono::steady_clock::now()) {}
 
 std::int64_t recorder::now() const noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
@@ -18,7 +18,7 @@ int recorder::thread_index() {
   auto [it, inserted] = threads_.try_emplace(std::this_thread::get_id(),
                                              static_cast<int>(trace_.thread_names.size()));
   if (inserted) {
-    const bool worker = engine::on_worker_thread();
+    const bool worker = on_backend_thread();
     int same_kind = 0;
     for (const auto& name : trace_.thread_names) {
       same_kind += name.starts_with(worker ? "worker" : "frontend") ? 1 : 0;
@@ -36,10 +36,28 @@ recorder::buffer_state& recorder::buffer(const std::shared_ptr<storage>& s) {
   return b;
 }
 
-std::uint64_t recorder::on_issue(const op_node& op, std::int64_t enqueued) {
+traced_op* recorder::find(std::uint64_t seq) {
+  auto it = ids_.find(seq);
+  return it == ids_.end() ? nullptr : &trace_.ops[it->second];
+}
+
+void recorder::on_push(const op_node& op) noexcept {
+  if (op.owner != engine_) {
+    return;
+  }
+  const auto t = now();
   std::lock_guard lock(mutex_);
+  try {
+    issue(op, t);
+  } catch (...) {
+    // Out of memory while tracing: the op goes untraced rather than failing.
+  }
+}
+
+void recorder::issue(const op_node& op, std::int64_t enqueued) {
   const std::uint64_t id = trace_.ops.size();
   traced_op& t = trace_.ops.emplace_back();
+  ids_.emplace(op.seq, id);
   t.id = id;
   t.name = op.name;
   t.enqueued = enqueued;
@@ -72,33 +90,44 @@ std::uint64_t recorder::on_issue(const op_node& op, std::int64_t enqueued) {
     b.last_writer = static_cast<std::int64_t>(id);
   }
   std::ranges::sort(t.depends_on);
-  return id;
 }
 
-void recorder::on_issued(std::uint64_t id) {
+void recorder::on_issued(std::uint64_t seq) noexcept {
   const auto t = now();
   std::lock_guard lock(mutex_);
-  trace_.ops[id].issued = t;
+  if (traced_op* op = find(seq)) {
+    op->issued = t;
+  }
 }
 
-void recorder::on_ready(std::uint64_t id) {
+void recorder::on_ready(std::uint64_t seq) noexcept {
   const auto t = now();
   std::lock_guard lock(mutex_);
-  trace_.ops[id].ready = t;
+  if (traced_op* op = find(seq)) {
+    op->ready = t;
+  }
 }
 
-void recorder::on_start(std::uint64_t id) {
+void recorder::on_start(const op_node& op) noexcept {
   const auto t = now();
   std::lock_guard lock(mutex_);
-  trace_.ops[id].started = t;
-  trace_.ops[id].backend_thread = thread_index();
+  if (traced_op* traced = find(op.seq)) {
+    traced->started = t;
+    try {
+      traced->backend_thread = thread_index();
+    } catch (...) {
+      // Out of memory: the op stays on the thread it had.
+    }
+  }
 }
 
-void recorder::on_end(std::uint64_t id, bool failed) {
+void recorder::on_end(const op_node& op, bool failed) noexcept {
   const auto t = now();
   std::lock_guard lock(mutex_);
-  trace_.ops[id].ended = t;
-  trace_.ops[id].failed = failed;
+  if (traced_op* traced = find(op.seq)) {
+    traced->ended = t;
+    traced->failed = failed;
+  }
 }
 
 std::uint64_t recorder::on_wait_begin(const char* kind) {

@@ -2,6 +2,8 @@
 
 #include "cotensor/trace.hpp"
 
+#include "engine/observer.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -12,24 +14,26 @@
 
 namespace cotensor::detail {
 
+class engine;
 class storage;
 struct op_node;
 
-/// Records ops and waits for a `cotensor::trace`. Every call takes one short lock; the engine
-/// calls it only while a trace is recording.
-class recorder {
+/// Records the ops of one engine, and waits, for a `cotensor::trace`: an observer of ops while
+/// the trace records. Every call takes one short lock; out of memory, an event is lost.
+class recorder final : public op_observer {
 public:
-  recorder();
+  /// Records the ops of `e` (observers see every engine's).
+  explicit recorder(const engine* e);
 
   /// Nanoseconds since the recording started.
   std::int64_t now() const noexcept;
-  /// An op is being issued (at `enqueued`): gives it an id and works out the traced ops it
-  /// must wait for from each buffer's last writer and readers since.
-  std::uint64_t on_issue(const op_node& op, std::int64_t enqueued);
-  void on_issued(std::uint64_t id);
-  void on_ready(std::uint64_t id);
-  void on_start(std::uint64_t id);
-  void on_end(std::uint64_t id, bool failed);
+  /// Gives an op being issued an id and works out the traced ops it must wait for from each
+  /// buffer's last writer and readers since.
+  void on_push(const op_node& op) noexcept override;
+  void on_issued(std::uint64_t seq) noexcept override;
+  void on_ready(std::uint64_t seq) noexcept override;
+  void on_start(const op_node& op) noexcept override;
+  void on_end(const op_node& op, bool failed) noexcept override;
   /// A wait began on this thread; returns a handle for `on_wait_end`.
   std::uint64_t on_wait_begin(const char* kind);
   void on_wait_end(std::uint64_t handle);
@@ -46,7 +50,12 @@ private:
   };
   int thread_index();                                       // lock held
   buffer_state& buffer(const std::shared_ptr<storage>& s);  // lock held
+  // The trace op of observer sequence number `seq`, or null if not ours; lock held.
+  traced_op* find(std::uint64_t seq);
+  void issue(const op_node& op, std::int64_t enqueued);  // lock held
 
+  const engine* engine_;
+  std::unordered_map<std::uint64_t, std::uint64_t> ids_;  // observer seq -> trace op id
   mutable std::mutex mutex_;
   std::chrono::steady_clock::time_point start_;
   trace trace_;

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "engine/spin_mutex.hpp"
+#include "spin_mutex.hpp"
 
 #include <cstdint>
 #include <exception>

@@ -1,4 +1,4 @@
-#include "engine/worker_pool.hpp"
+#include "cpu/worker_pool.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -1,0 +1,95 @@
+#include "cotensor/async_op.hpp"
+
+#include "cotensor/error.hpp"
+
+#include "frontend.hpp"
+
+#include <boost/container/small_vector.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <string>
+#include <system_error>
+
+namespace cotensor {
+
+std::exception_ptr async_op_done::make_error(const boost::system::error_code& ec) noexcept {
+  return std::make_exception_ptr(boost::system::system_error(ec));
+}
+
+namespace detail {
+
+/// Builds the context and the completion an async op's start sees.
+class async_op_access {
+public:
+  template <class Buffers>
+  static void bind(async_op_context& ctx, const Buffers& reads, const Buffers& writes) {
+    ctx.reads_.clear();
+    ctx.writes_.clear();
+    for (storage* s : reads) {
+      ctx.reads_.emplace_back(s->data(), static_cast<std::size_t>(s->numel()));
+    }
+    for (storage* s : writes) {
+      ctx.writes_.emplace_back(s->data(), static_cast<std::size_t>(s->numel()));
+    }
+  }
+  static async_op_done done(op_completion c) noexcept { return async_op_done(std::move(c)); }
+};
+
+void issue_async_op(std::span<const tensor> reads,
+                    std::span<const tensor> writes,
+                    std::unique_ptr<async_start> start) {
+  const char* what = "async_op";
+  const tensor* first = nullptr;
+  for (const auto* list : {&reads, &writes}) {
+    for (const tensor& t : *list) {
+      checked(t, what);
+      if (first == nullptr) {
+        first = &t;
+      } else if (t.device() != first->device()) {
+        throw_invalid(what, "tensors on different devices");
+      }
+    }
+  }
+  if (first != nullptr) {
+    require_device(what, first->device());
+    if (kernels_for(first->device()).host_chunks == nullptr) {
+      throw_invalid(what, "the host cannot touch this device's memory");
+    }
+  }
+  for (const tensor& r : reads) {
+    for (const tensor& w : writes) {
+      if (r.storage() == w.storage()) {
+        throw_invalid(what, "a tensor both read and written (pass it in `writes` only, its "
+                            "old values are in ctx.write(i))");
+      }
+    }
+  }
+  // The buffers, in the caller's order: the op node holds them alive until it retires.
+  using buffers = boost::container::small_vector<storage*, 4>;
+  buffers in;
+  buffers out;
+  for (const tensor& r : reads) {
+    in.push_back(r.storage().get());
+  }
+  for (const tensor& w : writes) {
+    out.push_back(w.storage().get());
+  }
+  auto op = make_op(start->name(), {}, {});
+  for (const tensor& w : writes) {
+    add_access(*op, w.storage(), access_mode::write);
+  }
+  for (const tensor& r : reads) {
+    add_access(*op, r.storage(), access_mode::read);
+  }
+  op->runs_user_code = true;
+  op->kernel.emplace_async([start = std::move(start), in = std::move(in), out = std::move(out),
+                            ctx = async_op_context()](op_completion done) mutable {
+    // data() may allocate a delayed buffer and throw: the op then fails with that.
+    async_op_access::bind(ctx, in, out);
+    (*start)(ctx, async_op_access::done(std::move(done)));
+  });
+  current_engine().push(std::move(op));
+}
+
+}  // namespace detail
+}  // namespace cotensor

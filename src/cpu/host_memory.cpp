@@ -1,0 +1,145 @@
+// The CPU's buffers: host memory, 64-byte aligned, from the pooled host allocator; large
+// (delayed) buffers through a small cache of recently freed blocks.
+
+#include "cotensor/config.hpp"
+
+#include "cpu/cpu_backend.hpp"
+#include "engine/faults.hpp"
+#include "host_allocator.hpp"
+#include "spin_mutex.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+
+namespace cotensor::detail::cpu {
+namespace {
+
+constexpr std::size_t buffer_alignment = 64;
+
+#if !COTENSOR_SYSTEM_ALLOCATOR
+// The blocks of the last few delayed buffers freed, shared by every thread. A result is freed
+// where its last handle drops, often on the frontend, and the next one allocated where its op
+// starts, on a worker: through oneTBB alone the freed block would wait in the frontend's own
+// cache while the worker took another, cold one. From here the worker gets back the block it
+// wrote last, still in its cache. A block freed by the taking thread itself comes first (a
+// worker that frees its op's result and starts the next op). At most `capacity` blocks and
+// `max_bytes` in all; the oldest goes back to oneTBB. Never destroyed (buffers may be freed
+// during static destruction).
+class recent_blocks {
+public:
+  static constexpr std::size_t capacity = 4;
+  static constexpr std::size_t max_bytes = std::size_t{32} << 20;
+
+  /// A kept block of exactly `bytes`, the most recent one this thread freed, else the most
+  /// recent one; or null.
+  void* take(std::size_t bytes) noexcept {
+    const std::lock_guard lock(mutex_);
+    std::size_t found = count_;
+    for (std::size_t i = count_; i-- > 0;) {
+      if (blocks_[i].bytes != bytes) {
+        continue;
+      }
+      if (blocks_[i].owner == &this_thread_tag) {
+        found = i;
+        break;
+      }
+      if (found == count_) {
+        found = i;
+      }
+    }
+    if (found == count_) {
+      return nullptr;
+    }
+    void* p = blocks_[found].p;
+    std::copy(blocks_.begin() + static_cast<std::ptrdiff_t>(found) + 1,
+              blocks_.begin() + static_cast<std::ptrdiff_t>(count_),
+              blocks_.begin() + static_cast<std::ptrdiff_t>(found));
+    --count_;
+    held_ -= bytes;
+    return p;
+  }
+
+  /// Keeps `p` (of `bytes`), giving the oldest blocks back to oneTBB to make room, or gives `p`
+  /// back itself when it is larger than the whole cache.
+  void keep(void* p, std::size_t bytes) noexcept {
+    if (bytes > max_bytes) {
+      free_bytes(p, bytes, buffer_alignment);
+      return;
+    }
+    std::array<block, capacity> evicted{};
+    std::size_t n = 0;
+    {
+      const std::lock_guard lock(mutex_);
+      while (count_ == capacity || held_ + bytes > max_bytes) {
+        evicted[n++] = blocks_[0];
+        held_ -= blocks_[0].bytes;
+        std::copy(blocks_.begin() + 1, blocks_.begin() + static_cast<std::ptrdiff_t>(count_),
+                  blocks_.begin());
+        --count_;
+      }
+      blocks_[count_++] = {p, bytes, &this_thread_tag};
+      held_ += bytes;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      free_bytes(evicted[i].p, evicted[i].bytes, buffer_alignment);
+    }
+  }
+
+private:
+  struct block {
+    void* p;
+    std::size_t bytes;
+    const void* owner;  // the thread that freed it
+  };
+  // Its address names the calling thread.
+  static thread_local inline char this_thread_tag = 0;
+  spin_mutex mutex_;
+  std::array<block, capacity> blocks_{};
+  std::size_t count_ = 0;
+  std::size_t held_ = 0;
+};
+
+recent_blocks& recent() noexcept {
+  static auto* const blocks = new recent_blocks;
+  return *blocks;
+}
+#endif
+
+class host_allocator final : public device_allocator {
+public:
+  // Up to 64 KiB a buffer gets its memory when it is made, from the per-thread block cache.
+  std::size_t delayed_bytes() const noexcept override { return 64 * 1024; }
+
+  // A delayed buffer's block: a recent one of its size when there is one (not while faults are
+  // injected, so that every allocation is counted), else a new one.
+  void* allocate(std::size_t bytes, [[maybe_unused]] bool delayed) override {
+#if !COTENSOR_SYSTEM_ALLOCATOR
+    if (delayed && !faults::enabled()) {
+      if (void* p = recent().take(bytes)) {
+        return p;
+      }
+    }
+#endif
+    return allocate_bytes(bytes, buffer_alignment);
+  }
+
+  void deallocate(void* p, std::size_t bytes, [[maybe_unused]] bool delayed) noexcept override {
+#if !COTENSOR_SYSTEM_ALLOCATOR
+    if (delayed) {
+      recent().keep(p, bytes);
+      return;
+    }
+#endif
+    free_bytes(p, bytes, buffer_alignment);
+  }
+};
+
+}  // namespace
+
+device_allocator& host_memory() {
+  static host_allocator instance;
+  return instance;
+}
+
+}  // namespace cotensor::detail::cpu

@@ -1,0 +1,123 @@
+#pragma once
+
+// The seam between the dependency engine and the devices that run its ops.
+//
+// The engine orders ops by the buffers they touch; a backend runs the ops that are ready. The
+// engine hands each ready op to the backend of the op's device (`backend::submit`); the backend
+// calls `run_op` on one of its threads; the op's work runs there and ends the op through its
+// `op_completion`, at once (a CPU kernel) or later, from any thread (a GPU event, an MPI
+// request, a socket read). The completion hands the op back to its backend
+// (`backend::submit_retire`), whose thread releases the op's buffers, dispatches dependents and
+// completes waiters: a completion never runs dependents on the thread that invoked it.
+//
+// Adding a device is a folder with a `backend` and a `device_allocator`, plus one registration
+// in src/backends.cpp. The engine includes no backend's header and no backend includes the
+// engine's private headers other than this one (and the op node it carries).
+//
+// A device with its own ordering (the CUDA backend, next) follows this contract, whose hooks
+// exist now and are used by no CPU op:
+// - It may end an op's buffer accesses at launch (`op_completion::release_accesses`), relying
+//   on its stream's order for consumers on the same stream; the op stays in flight (for
+//   `wait_all`, scopes and admission) until its completion is invoked. An error raised after
+//   that reaches the op's own waiters and `wait_all`, not the buffers' later readers.
+// - For consumers elsewhere (another stream, the host), it keeps a fence per buffer in
+//   `storage::fence` (an event recorded after the last write on its stream), which a consumer
+//   on another stream waits on in the device's own way, and which the host sees through the
+//   backend's poller: no thread ever blocks on a device event.
+
+#include "cotensor/device.hpp"
+
+#include "engine/kernel_fn.hpp"
+
+#include <cstddef>
+#include <exception>
+#include <memory>
+
+namespace cotensor::detail {
+
+struct op_node;
+
+/// Runs a ready op on the calling backend thread: inherits an input's error or runs the op's
+/// work, which ends it through its completion. Implemented by the engine; called by backends.
+void run_op(op_node* op) noexcept;
+/// Retires an op whose completion was invoked: releases its buffers, dispatches dependents,
+/// accounts it and completes its waiters. Called by a backend on its own thread after
+/// `submit_retire`.
+void retire_op(op_node* op) noexcept;
+
+/// Where a device's buffers get their memory. One per device type, process-wide and never
+/// destroyed: a buffer may outlive every runtime.
+class device_allocator {
+public:
+  /// Buffers of more than this many bytes get their memory when the op writing them first
+  /// starts (MXNet's delay_alloc), not when they are made.
+  virtual std::size_t delayed_bytes() const noexcept = 0;
+  /// A block of `bytes` for a buffer (`delayed`: allocated as its first writer starts).
+  /// Throws std::bad_alloc.
+  virtual void* allocate(std::size_t bytes, bool delayed) = 0;
+  /// Gives back a block from `allocate` with the same `bytes` and `delayed`.
+  virtual void deallocate(void* p, std::size_t bytes, bool delayed) noexcept = 0;
+
+protected:
+  ~device_allocator() = default;
+};
+
+/// The threads of one device type in one engine: a oneTBB arena for the CPU, a launcher thread
+/// and an event poller per GPU for CUDA.
+///
+/// Thread safety: every member may be called from any thread, at once, until `shutdown`.
+class backend {
+public:
+  backend() = default;
+  backend(const backend&) = delete;
+  backend& operator=(const backend&) = delete;
+  virtual ~backend() = default;
+
+  /// Runs `op` (every access granted) by calling `run_op(op)` on one of the backend's threads,
+  /// later; returns at once. Never throws: a backend that cannot take work any more runs it
+  /// itself.
+  virtual void submit(op_node* op) noexcept = 0;
+  /// Runs `run_op(op)` on the calling thread, inside the backend's context (so nested
+  /// parallel loops use its threads), and returns when it returns: the synchronous engine.
+  virtual void execute(op_node* op) noexcept = 0;
+  /// Calls `retire_op(op)` on one of the backend's threads, later; returns at once.
+  virtual void submit_retire(op_node* op) noexcept = 0;
+  /// The threads that run ops.
+  virtual unsigned concurrency() const noexcept = 0;
+  /// Runs the work still queued, then stops the threads. Called once, by the engine's
+  /// destructor, after every op has retired.
+  virtual void shutdown() noexcept = 0;
+};
+
+/// The backend that runs ops on `type` devices for an engine with `worker_threads` CPU
+/// workers (0: one per hardware thread). Throws std::system_error(errc::device_unavailable)
+/// if this build has none. Registered in src/backends.cpp.
+std::unique_ptr<backend> make_backend(device::kind type, unsigned worker_threads);
+/// True if this build has a backend for `d`'s device type.
+bool has_backend(device d) noexcept;
+/// The allocator of `d`'s buffers. Throws std::system_error(errc::device_unavailable) if this
+/// build has none.
+device_allocator& allocator_of(device d);
+
+/// Set while this thread runs backend work (see backend_thread_guard). Initial-exec, like
+/// every thread_local the hot path reads: one `fs`-relative load, where the default model for
+/// a shared library calls `__tls_get_addr`.
+extern constinit thread_local bool backend_thread_flag __attribute__((tls_model("initial-exec")));
+/// True on a thread running backend work (see backend_thread_guard).
+inline bool on_backend_thread() noexcept { return backend_thread_flag; }
+
+/// Marks the calling thread as running backend work (an op, or a chunk of a `map` kernel that
+/// oneTBB may have handed to another worker) for its lifetime, so that blocking waits there are
+/// refused instead of deadlocking.
+class backend_thread_guard {
+public:
+  backend_thread_guard() noexcept;
+  backend_thread_guard(const backend_thread_guard&) = delete;
+  backend_thread_guard& operator=(const backend_thread_guard&) = delete;
+  ~backend_thread_guard();
+
+private:
+  bool previous_;
+};
+
+}  // namespace cotensor::detail

@@ -1,0 +1,52 @@
+#include "engine/storage.hpp"
+
+#include "engine/backend.hpp"
+#include "engine/thread_counts.hpp"
+#include "host_allocator.hpp"
+
+#include <algorithm>
+
+namespace cotensor::detail {
+
+storage::storage(const cotensor::shape& s, cotensor::device d)
+    : data_(nullptr), shape_(s), device_(d),
+      bytes_(static_cast<std::size_t>(std::max<std::int64_t>(s.numel(), 1)) * sizeof(float)),
+      allocator_(&allocator_of(d)) {
+  if (bytes_ <= allocator_->delayed_bytes()) {
+    data_.store(static_cast<float*>(allocator_->allocate(bytes_, false)),
+                std::memory_order_relaxed);
+    add_count(live_count::buffer_bytes, static_cast<std::int64_t>(bytes_));
+  }
+  add_count(live_count::buffers, 1);
+}
+
+// Two threads may both find no memory (two readers of a buffer whose writer failed before its
+// kernel ran): one block wins, the other goes back.
+float* storage::first_data() {
+  auto* p = static_cast<float*>(allocator_->allocate(bytes_, true));
+  float* expected = nullptr;
+  if (data_.compare_exchange_strong(expected, p, std::memory_order_acq_rel)) {
+    add_count(live_count::buffer_bytes, static_cast<std::int64_t>(bytes_));
+    return p;
+  }
+  allocator_->deallocate(p, bytes_, true);
+  return expected;
+}
+
+storage::~storage() {
+  if (float* p = data_.load(std::memory_order_relaxed)) {
+    allocator_->deallocate(p, bytes_, bytes_ > allocator_->delayed_bytes());
+    add_count(live_count::buffer_bytes, -static_cast<std::int64_t>(bytes_));
+  }
+  add_count(live_count::buffers, -1);
+}
+
+std::shared_ptr<storage> storage::make(const cotensor::shape& s, cotensor::device d) {
+  return std::allocate_shared<storage>(allocator<storage>(), s, d);
+}
+
+std::int64_t live_buffers() noexcept { return total_count(live_count::buffers); }
+std::int64_t live_buffer_bytes() noexcept { return total_count(live_count::buffer_bytes); }
+std::int64_t live_op_nodes() noexcept { return total_count(live_count::op_nodes); }
+
+}  // namespace cotensor::detail

@@ -1,0 +1,69 @@
+#pragma once
+
+#include "cotensor/device.hpp"
+#include "cotensor/shape.hpp"
+
+#include "engine/var.hpp"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace cotensor::detail {
+
+class device_allocator;
+
+/// A tensor's buffer: its device's memory for `numel` floats, the read/write queue that orders
+/// access, and a fence slot for devices that order their own work (see engine/backend.hpp).
+///
+/// A buffer of more than its allocator's `delayed_bytes()` gets its memory at its first data()
+/// call, which is when the op that writes it starts (MXNet's delay_alloc): ops queued ahead
+/// hold no memory for their results, and a block that a finished op freed comes back, still in
+/// the cache, to the next. Smaller buffers get theirs here, so that a small op's failed
+/// allocation throws at the call.
+class storage {
+public:
+  /// A new buffer for a tensor of shape `s` on `d`, uninitialised. Throws
+  /// std::system_error(errc::device_unavailable) for a device this build cannot serve.
+  static std::shared_ptr<storage> make(const cotensor::shape& s, cotensor::device d);
+
+  storage(const cotensor::shape& s, cotensor::device d);
+  storage(const storage&) = delete;
+  storage& operator=(const storage&) = delete;
+  ~storage();
+
+  /// The floats; the first call allocates a delayed buffer and may throw std::bad_alloc (in a
+  /// kernel, that becomes the op's error). Safe to call from several threads at once.
+  float* data() {
+    float* p = data_.load(std::memory_order_acquire);
+    return p != nullptr ? p : first_data();
+  }
+  std::int64_t numel() const noexcept { return shape_.numel(); }
+  /// The bytes of its floats (at least one float's, for an empty tensor).
+  std::size_t bytes() const noexcept { return bytes_; }
+  /// The shape the buffer was made with (views may see it otherwise).
+  const cotensor::shape& shape() const noexcept { return shape_; }
+  cotensor::device device() const noexcept { return device_; }
+
+  detail::var var;
+  /// For a device that orders its own work: what a consumer elsewhere must wait for before
+  /// reading (an event after the last write), owned by that device's backend. Null on the CPU.
+  std::shared_ptr<void> fence;
+
+private:
+  float* first_data();
+  std::atomic<float*> data_;
+  cotensor::shape shape_;
+  cotensor::device device_;
+  std::size_t bytes_;
+  device_allocator* allocator_;
+};
+
+/// Buffers (`storage`), the bytes of their floats and op nodes alive in the process, for leak
+/// checks (runtime_stats).
+std::int64_t live_buffers() noexcept;
+std::int64_t live_buffer_bytes() noexcept;
+std::int64_t live_op_nodes() noexcept;
+
+}  // namespace cotensor::detail

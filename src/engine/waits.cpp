@@ -1,0 +1,93 @@
+#include "engine/waits.hpp"
+
+#include "cotensor/error.hpp"
+
+#include "engine/backend.hpp"
+#include "engine/storage.hpp"
+#include "spin_mutex.hpp"
+
+#include <boost/container/small_vector.hpp>
+
+#include <system_error>
+
+namespace cotensor::detail {
+
+void blocking_waiter::complete(std::exception_ptr error) noexcept {
+  std::lock_guard lock(mutex_);
+  error_ = std::move(error);
+  done_.store(true, std::memory_order_release);
+  cv_.notify_one();
+}
+
+std::exception_ptr blocking_waiter::wait() {
+  // A short spin catches a result that is about to arrive without paying for a sleep/wake.
+  for (int i = 0; i < 256 && !done_.load(std::memory_order_acquire); ++i) {
+    cpu_relax();
+  }
+  // Always take the lock: `complete` may still be inside its critical section, touching us.
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [this] { return done_.load(std::memory_order_relaxed); });
+  return std::move(error_);
+}
+
+join_waiter::join_waiter(std::size_t n, waiter& target)
+    : parts_(new part_waiter[n]), n_(n), remaining_(n), target_(target) {
+  for (std::size_t i = 0; i < n; ++i) {
+    parts_[i].join = this;
+  }
+}
+
+join_waiter& join_waiter::make(std::size_t n, waiter& target) {
+  return *new join_waiter(n, target);
+}
+
+waiter& join_waiter::part(std::size_t i) noexcept { return parts_[i]; }
+
+void join_waiter::part_waiter::complete(std::exception_ptr e) noexcept {
+  error = std::move(e);
+  join->finish_one();
+}
+
+void join_waiter::finish_one() noexcept {
+  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+    return;
+  }
+  std::exception_ptr first;
+  for (std::size_t i = 0; i < n_; ++i) {
+    if (parts_[i].error) {
+      first = std::move(parts_[i].error);
+      break;
+    }
+  }
+  waiter& target = target_;
+  delete this;
+  target.complete(std::move(first));
+}
+
+void wait_for_buffers(std::span<storage* const> buffers, waiter& w) {
+  if (buffers.empty()) {
+    w.complete(nullptr);
+    return;
+  }
+  if (buffers.size() == 1) {
+    buffers[0]->var.wait_read(w);
+    return;
+  }
+  auto& join = join_waiter::make(buffers.size(), w);
+  // Take every part first: the last part to complete frees `join`.
+  boost::container::small_vector<waiter*, 8> parts;
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    parts.push_back(&join.part(i));
+  }
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    buffers[i]->var.wait_read(*parts[i]);
+  }
+}
+
+void check_may_block(const char* what) {
+  if (on_backend_thread()) {
+    throw std::system_error(make_error_code(errc::wait_on_backend_thread), what);
+  }
+}
+
+}  // namespace cotensor::detail
