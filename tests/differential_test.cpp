@@ -163,6 +163,17 @@ TEST_SUITE("differential") {
     check_programs(500001, 1000, {.length = 30, .waits = true, .cancellations = true});
   }
 
+  TEST_CASE("random programs with async ops ended later on other threads match the sequential "
+            "reference" *
+            doctest::timeout(120)) {
+    cotensor::runtime_options options{.worker_threads = 2};
+    SUBCASE("with tiny ready ops run at their call") { options.inline_small_ops = true; }
+    SUBCASE("with every op on the backend") { options.inline_small_ops = false; }
+    SUBCASE("with a small in-flight bound") { options.max_in_flight = 4; }
+    cotensor::runtime rt(options);
+    check_programs(700001, 600, {.length = 30, .waits = true, .async_ops = true});
+  }
+
   TEST_CASE("long random programs match the sequential reference with a small in-flight bound" *
             doctest::timeout(120)) {
     // max_in_flight = 4: the issuing thread blocks for room all the time.

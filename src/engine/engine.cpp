@@ -336,7 +336,7 @@ runtime_stats engine::stats() const noexcept {
 // --- for backends and completions ----------------------------------------------------------
 
 void run_op(op_node* op) noexcept { op->owner->run(op); }
-void retire_op(op_node* op) noexcept { op->owner->retire(op); }
+void retire_op(op_node* op) noexcept { op->owner->finish(op); }
 
 void op_completion::operator()(std::exception_ptr error) noexcept {
   COTENSOR_ASSERT(op_ != nullptr);

@@ -71,8 +71,9 @@ public:
   // For backends (run_op, retire_op) and completions (op_completion).
   /// Runs a ready op on the calling backend thread.
   void run(op_node* op) noexcept;
-  /// Retires an op that has ended, on the calling backend thread.
-  void retire(op_node* op) noexcept;
+  /// Ends an op whose work is over (its error in `op->own`): tells observers, then retires
+  /// it, on the calling backend thread.
+  void finish(op_node* op) noexcept;
   /// An op that completes later was ended (`error`: null for success) by its completion.
   void complete(op_node* op, std::exception_ptr error) noexcept;
   /// An op's completion was destroyed uninvoked.
@@ -88,8 +89,8 @@ private:
   void dispatch(op_node* op);
   // True for an op small enough to run on the issuing thread if it is ready at its call.
   bool runs_inline(const op_node& op, std::size_t touched_bytes) const noexcept;
-  // The op's work is over (own error in `op->own`): observers, then retire.
-  void finish(op_node* op) noexcept;
+  // Releases an ended op's buffers and accounts its end; frees it.
+  void retire(op_node* op) noexcept;
   // One of the two holds on an op that completes later (its start call, its completion) is
   // gone; the last retires it (`here`: on this backend thread).
   void drop_hold(op_node* op, bool here) noexcept;

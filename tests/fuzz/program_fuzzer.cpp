@@ -81,6 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   shape.waits = (features & 0x01U) != 0;
   shape.cancellations = shape.waits && (features & 0x02U) != 0;
   shape.max_live = 1 + (features >> 2U) % 10;
+  shape.async_ops = (features & 0x80U) != 0;
 
   // One runtime per input, so that every configuration is fuzzed. COTENSOR_FUZZ_ONE_RUNTIME=1
   // keeps the first input's for the whole run instead, for long runs that count programs.

@@ -37,10 +37,13 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -51,6 +54,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -188,6 +192,8 @@ enum class kind : std::uint8_t {
   read_values,      // a.to_vector(), compared
   read_item,        // a.item(), compared
   cancelled_wait,   // a.async_wait cancelled as it starts: completes once, aborted or not
+  async_map,        // out = map(a, function) as an async_op ended on another thread, later
+  async_in_place,   // a ⊗= s as an async_op ended on another thread, later
 };
 
 inline bool tolerant(kind k) {
@@ -208,6 +214,7 @@ struct op {
   int function = 0;
   int cancellation = 0;  // cancelled_wait: 0 terminal, 1 partial, 2 total
   int axis = 0;
+  int delay_us = 0;  // async ops: how long after its start another thread ends it
   extents shape = {};
   std::vector<float> values = {};
 };
@@ -222,7 +229,8 @@ inline bool tolerant(const op& o) {
 
 /// The slot whose values `o` sets, or -1.
 inline int written_slot(const op& o) {
-  if (o.what == kind::in_place || o.what == kind::in_place_scalar) {
+  if (o.what == kind::in_place || o.what == kind::in_place_scalar ||
+      o.what == kind::async_in_place) {
     return o.a;
   }
   return o.out;
@@ -313,6 +321,14 @@ inline std::string describe(const op& o) {
            : o.cancellation == 1 ? "partial"
                                  : "total")
        << ")";
+    break;
+  case kind::async_map:
+    os << t(o.out) << " = async map(" << t(o.a) << ", " << map_name[o.function] << "), ended "
+       << o.delay_us << " us later";
+    break;
+  case kind::async_in_place:
+    os << "async " << t(o.a) << " " << arith_symbol[static_cast<int>(o.arith_op)] << "= "
+       << o.scalar << ", ended " << o.delay_us << " us later";
     break;
   }
   return os.str();
@@ -410,6 +426,9 @@ public:
     // Also emit async waits cancelled as they start (with waits only). Off, the programs of
     // every seed are what they were before the option existed.
     bool cancellations = false;
+    // Also emit async ops (`async_op`) that another thread ends after a random delay. Off, the
+    // programs of every seed are what they were before the option existed.
+    bool async_ops = false;
   };
 
   /// Where the generator's choices come from: any source of 32-bit words.
@@ -579,8 +598,11 @@ private:
   void emit_access(kind k, int a) { p_.ops.push_back(op{.what = k, .a = a}); }
 
   void step() {
-    const int roll = below(opts_.waits ? (opts_.cancellations ? 112 : 108) : 100);
-    if (roll < 8) {
+    const int base = opts_.waits ? (opts_.cancellations ? 112 : 108) : 100;
+    const int roll = below(base + (opts_.async_ops ? 10 : 0));
+    if (roll >= base) {
+      step_async(roll - base);
+    } else if (roll < 8) {
       make_new();
     } else if (roll < 26) {
       step_binary();
@@ -676,6 +698,23 @@ private:
     }
     emit(op{.what = kind::map, .a = a, .function = f, .shape = at(a).shape},
          after_map(f, range_of(a)));
+  }
+
+  // An async op: a map (0-4) or an in-place scalar op (5-9), ended 0-300 us after its start.
+  void step_async(int roll) {
+    const int delay = below(300);
+    if (roll < 5) {
+      step_map();
+      p_.ops.back().what = kind::async_map;
+      p_.ops.back().delay_us = delay;
+      return;
+    }
+    const auto before = p_.ops.size();
+    step_in_place_scalar();
+    if (p_.ops.size() > before && p_.ops.back().what == kind::in_place_scalar) {
+      p_.ops.back().what = kind::async_in_place;
+      p_.ops.back().delay_us = delay;
+    }
   }
 
   void step_in_place() {
@@ -945,6 +984,38 @@ inline cotensor::tensor unary_op(elementwise k, const cotensor::tensor& a) {
   return cotensor::sigmoid(a);
 }
 
+/// The threads that end the async ops of programs, after their delay.
+inline boost::asio::thread_pool& completers() {
+  static auto* const pool = new boost::asio::thread_pool(2);  // lives until the process ends
+  return *pool;
+}
+
+/// Issues `out = f(in)` elementwise as an async op that a completer thread computes and ends
+/// `delay` after its start.
+template <class F>
+void async_elementwise(const char* name,
+                       const cotensor::tensor* in,
+                       const cotensor::tensor& out,
+                       std::chrono::microseconds delay,
+                       F f) {
+  auto start = [delay, f](cotensor::async_op_context& ctx, cotensor::async_op_done done) {
+    const std::span<const float> src = ctx.reads() == 1 ? ctx.read(0) : ctx.write(0);
+    boost::asio::post(completers(),
+                      [src, dst = ctx.write(0), delay, f, done = std::move(done)]() mutable {
+                        std::this_thread::sleep_for(delay);
+                        for (std::size_t i = 0; i < dst.size(); ++i) {
+                          dst[i] = static_cast<float>(f(src[i]));
+                        }
+                        done();
+                      });
+  };
+  if (in != nullptr) {
+    cotensor::async_op(name, {*in}, {out}, std::move(start));
+  } else {
+    cotensor::async_op(name, {}, {out}, std::move(start));
+  }
+}
+
 inline observations run_on_cotensor(const program& p) {
   std::vector<cotensor::tensor> t(static_cast<std::size_t>(p.slots));
   const auto slot = [&](int i) -> cotensor::tensor& { return t[static_cast<std::size_t>(i)]; };
@@ -1017,6 +1088,18 @@ inline observations run_on_cotensor(const program& p) {
       break;
     case kind::read_item:
       seen.at_op[i] = {slot(o.a).item()};
+      break;
+    case kind::async_map: {
+      auto out = cotensor::zeros(slot(o.a).shape());
+      with_map_function(o.function, [&](auto f) {
+        async_elementwise("async_map", &slot(o.a), out, std::chrono::microseconds(o.delay_us), f);
+      });
+      slot(o.out) = std::move(out);
+      break;
+    }
+    case kind::async_in_place:
+      async_elementwise("async_in_place", nullptr, slot(o.a), std::chrono::microseconds(o.delay_us),
+                        [k = o.arith_op, s = o.scalar](float x) { return apply(k, x, s); });
       break;
     case kind::cancelled_wait: {
       constexpr boost::asio::cancellation_type types[] = {boost::asio::cancellation_type::terminal,
@@ -1263,7 +1346,8 @@ private:
       make(o.out, shape(o.a), std::move(v));
       return true;
     }
-    case kind::map: {
+    case kind::map:
+    case kind::async_map: {
       std::vector<float> v = values(o.a);
       with_map_function(o.function, [&](auto f) {
         for (float& x : v) {
@@ -1280,6 +1364,7 @@ private:
       return true;
     }
     case kind::in_place_scalar:
+    case kind::async_in_place:
       for (float& x : values(o.a)) {
         x = apply(o.arith_op, x, o.scalar);
       }
