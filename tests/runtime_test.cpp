@@ -8,6 +8,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -165,6 +167,91 @@ TEST_SUITE("runtime") {
     });
     CHECK(again);
     CHECK(x.item() == 2.0F);
+  }
+
+  TEST_CASE("an Asio event loop's thread is never blocked by a full queue: its next wait pays" *
+            doctest::timeout(30)) {
+    // One op in flight fills the queue. Issued on the loop's thread, the next op is admitted
+    // at once (the thread is not blocked: a ticker on the same loop keeps ticking), and the
+    // coroutine's next wait completes only once there is room again.
+    runtime rt({.worker_threads = 2, .max_in_flight = 1, .inline_small_ops = false});
+    std::promise<void> gate;
+    auto held = gated(ones({1}), gate.get_future().share());
+    std::atomic<bool> opened{false};
+    std::atomic<int> ticks{0};
+    const auto waits_before = rt.stats().admission_waits;  // `gated` itself may have waited
+    bool resumed_after_room = false;
+    std::vector<float> value;
+    asio::io_context io;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          auto y = full({4}, 2.0F) * 3.0F;  // over the bound: admitted, the thread owes a wait
+          co_await y.ready();               // ...paid here: ready, but no room until `held` ends
+          resumed_after_room = opened.load();
+          value = y.to_vector();
+        },
+        asio::detached);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          asio::steady_timer timer(co_await asio::this_coro::executor);
+          while (!opened.load()) {
+            timer.expires_after(1ms);
+            co_await timer.async_wait(asio::use_awaitable);
+            ++ticks;
+          }
+        },
+        asio::detached);
+    std::thread opener([&] {
+      while (ticks.load() < 20) {  // the loop runs while the queue is full
+        std::this_thread::sleep_for(1ms);
+      }
+      opened = true;
+      gate.set_value();
+    });
+    io.run();
+    opener.join();
+    CHECK(resumed_after_room);
+    CHECK(value == std::vector<float>(4, 6.0F));
+    CHECK(rt.stats().admission_deferred >= 1);
+    CHECK(rt.stats().admission_waits - waits_before == rt.stats().admission_deferred);
+    CHECK(held.item() == 1.0F);
+  }
+
+  TEST_CASE("64 coroutines on one io_context issue past the bounds without blocking it" *
+            doctest::timeout(60)) {
+    // As a server would: each coroutine issues rounds of 22 ops (128x128 matmuls and adds) and
+    // awaits them, all on one thread, against small bounds that every round overruns.
+    runtime rt({.worker_threads = 2, .max_in_flight = 16, .max_in_flight_bytes = 1 << 20});
+    asio::io_context io;
+    std::atomic<int> finished{0};
+    std::atomic<int> wrong{0};
+    for (int c = 0; c < 64; ++c) {
+      asio::co_spawn(
+          io,
+          [&, c]() -> asio::awaitable<void> {
+            auto w = full({128, 128}, 1.0F / 128.0F);
+            for (int round = 0; round < 5; ++round) {
+              auto x = full({128, 128}, static_cast<float>(c + round));
+              for (int i = 0; i < 11; ++i) {
+                x = matmul(x, w) + 1.0F;  // each row of x stays constant: v -> v + 1
+              }
+              co_await x.ready();
+              if (x.to_vector() !=
+                  std::vector<float>(128 * 128, static_cast<float>(c + round + 11))) {
+                ++wrong;
+              }
+            }
+            ++finished;
+          },
+          asio::detached);
+    }
+    io.run();
+    CHECK(finished.load() == 64);
+    CHECK(wrong.load() == 0);
+    CHECK(rt.stats().admission_deferred >= 1);
+    CHECK(rt.stats().admission_waits == rt.stats().admission_deferred);  // the loop never blocked
   }
 
   TEST_CASE("synchronous mode runs each op at its call and throws at the offending line" *
