@@ -21,7 +21,7 @@ namespace {
 
 }  // namespace
 
-bool has_backend(device d) noexcept { return d.type == device::kind::cpu; }
+bool has_device_backend(device d) noexcept { return d.type == device::kind::cpu; }
 
 std::unique_ptr<backend> make_backend(device::kind type, unsigned worker_threads) {
   switch (type) {
@@ -40,9 +40,11 @@ device_allocator& allocator_of(device d) {
   unavailable(d);
 }
 
-const kernel_table& kernels_for(device d) {
-  if (d.type == device::kind::cpu) [[likely]] {
-    return cpu::kernels();
+constinit const kernel_table* const cpu_kernel_table = &cpu::kernel_table_of_cpu;
+
+const kernel_table& device_kernels(device d) {
+  if (d.type == device::kind::cpu) {
+    return *cpu_kernel_table;
   }
   unavailable(d);
 }

@@ -66,8 +66,15 @@ struct kernel_table {
                       function_ref<void(std::int64_t, std::int64_t)> f);
 };
 
-/// The kernels of `d`'s device type. Throws std::system_error(errc::device_unavailable) if
-/// this build has none. Registered in src/backends.cpp.
-const kernel_table& kernels_for(device d);
+/// The CPU's table, always there: the common case costs one load. Registered, as every other
+/// device's, in src/backends.cpp.
+extern const kernel_table* const cpu_kernel_table;
+/// The kernels of `d`'s device type, for any device. Throws std::system_error
+/// (errc::device_unavailable) if this build has none.
+const kernel_table& device_kernels(device d);
+/// The kernels of `d`'s device type; as `device_kernels`.
+inline const kernel_table& kernels_for(device d) {
+  return d.is_cpu() ? *cpu_kernel_table : device_kernels(d);
+}
 
 }  // namespace cotensor::detail

@@ -64,7 +64,7 @@ void issue_in_place(const char* op, binary_op kind, const tensor& a, const tenso
   const auto& sa = a.storage();
   const auto& sb = b.storage();
   issue(op, {sa, sb}, {sa},
-        [k = &kernels_for(a.device()), kind, pa = sa.get(), pb = sb.get(), as = a.shape(),
+        [k = &kernels_for(sa->device()), kind, pa = sa.get(), pb = sb.get(), as = a.shape(),
          bs = b.shape()] {
           float* data = pa->data();
           k->binary(kind, data, as, pb->data(), bs, data, as);
@@ -73,7 +73,7 @@ void issue_in_place(const char* op, binary_op kind, const tensor& a, const tenso
 
 void issue_in_place(const char* op, binary_op kind, const tensor& a, float s) {
   const auto& sa = checked(a, op);
-  issue(op, {sa}, {sa}, [k = &kernels_for(a.device()), kind, pa = sa.get(), s, n = a.numel()] {
+  issue(op, {sa}, {sa}, [k = &kernels_for(sa->device()), kind, pa = sa.get(), s, n = a.numel()] {
     float* data = pa->data();
     k->binary_scalar(kind, data, s, false, data, n);
   });
@@ -124,13 +124,14 @@ tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) 
   const auto& sa = a.storage();
   const auto& sb = b.storage();
   if (a.shape() == b.shape()) {  // the common case: a closure small enough to live in the op
-    detail::issue(
-        op, {sa, sb}, {out},
-        [k = &detail::kernels_for(a.device()), kind, pa = sa.get(), pb = sb.get(), po = out.get(),
-         n = a.numel()] { k->binary_same_shape(kind, pa->data(), pb->data(), po->data(), n); });
+    detail::issue(op, {sa, sb}, {out},
+                  [k = &detail::kernels_for(out->device()), kind, pa = sa.get(), pb = sb.get(),
+                   po = out.get(), n = a.numel()] {
+                    k->binary_same_shape(kind, pa->data(), pb->data(), po->data(), n);
+                  });
   } else {
     detail::issue(op, {sa, sb}, {out},
-                  [k = &detail::kernels_for(a.device()), kind, pa = sa.get(), pb = sb.get(),
+                  [k = &detail::kernels_for(out->device()), kind, pa = sa.get(), pb = sb.get(),
                    po = out.get(), as = a.shape(), bs = b.shape(), os = out_shape] {
                     k->binary(kind, pa->data(), as, pb->data(), bs, po->data(), os);
                   });
@@ -143,7 +144,7 @@ tensor scalar(const char* op, binary_op kind, const tensor& a, float s, bool sca
   auto out = detail::allocate(op, a.shape(), a.device());
   detail::issue(
       op, {sa}, {out},
-      [k = &detail::kernels_for(a.device()), kind, pa = sa.get(), po = out.get(), s, scalar_left,
+      [k = &detail::kernels_for(out->device()), kind, pa = sa.get(), po = out.get(), s, scalar_left,
        n = a.numel()] { k->binary_scalar(kind, pa->data(), s, scalar_left, po->data(), n); });
   return {std::move(out), a.shape()};
 }
@@ -152,7 +153,7 @@ tensor unary(const char* op, unary_op kind, const tensor& x) {
   const auto& in = checked(x, op);
   auto out = detail::allocate(op, x.shape(), x.device());
   detail::issue(op, {in}, {out},
-                [k = &detail::kernels_for(x.device()), kind, pin = in.get(), po = out.get(),
+                [k = &detail::kernels_for(out->device()), kind, pin = in.get(), po = out.get(),
                  n = x.numel()] { k->unary(kind, pin->data(), po->data(), n); });
   return {std::move(out), x.shape()};
 }
@@ -174,9 +175,8 @@ tensor reduce_all(const char* op, const tensor& x, bool mean) {
   auto out = detail::allocate(op, shape{}, x.device());
   detail::issue(
       op, {in}, {out},
-      [k = &detail::kernels_for(x.device()), pin = in.get(), po = out.get(), n = x.numel(), mean] {
-        k->sum(pin->data(), n, mean ? static_cast<double>(n) : 1.0, po->data());
-      });
+      [k = &detail::kernels_for(out->device()), pin = in.get(), po = out.get(), n = x.numel(),
+       mean] { k->sum(pin->data(), n, mean ? static_cast<double>(n) : 1.0, po->data()); });
   return {std::move(out), shape{}};
 }
 
@@ -205,7 +205,7 @@ tensor reduce_axis(const char* op, const tensor& x, int axis, bool mean) {
   const std::int64_t extent = extents[ax];
   const double scale = mean ? 1.0 / static_cast<double>(extent) : 1.0;
   detail::issue(op, {in}, {out},
-                [k = &detail::kernels_for(x.device()), pin = in.get(), po = out.get(), outer,
+                [k = &detail::kernels_for(out->device()), pin = in.get(), po = out.get(), outer,
                  extent, inner,
                  scale] { k->sum_axis(pin->data(), outer, extent, inner, scale, po->data()); });
   return {std::move(out), std::move(out_shape)};
@@ -303,7 +303,7 @@ tensor matmul(const tensor& a, const tensor& b) {
   const auto& sa = a.storage();
   const auto& sb = b.storage();
   detail::issue("matmul", {sa, sb}, {out},
-                [kernels = &detail::kernels_for(a.device()), pa = sa.get(), pb = sb.get(),
+                [kernels = &detail::kernels_for(out->device()), pa = sa.get(), pb = sb.get(),
                  pc = out.get(), m, k,
                  n] { kernels->matmul(pa->data(), pb->data(), pc->data(), m, k, n); });
   return {std::move(out), std::move(out_shape)};
@@ -319,9 +319,8 @@ tensor transpose(const tensor& a) {
   shape out_shape{cols, rows};
   auto out = detail::allocate("transpose", out_shape, a.device());
   detail::issue("transpose", {in}, {out},
-                [k = &detail::kernels_for(a.device()), pin = in.get(), po = out.get(), rows, cols] {
-                  k->transpose(pin->data(), po->data(), rows, cols);
-                });
+                [k = &detail::kernels_for(out->device()), pin = in.get(), po = out.get(), rows,
+                 cols] { k->transpose(pin->data(), po->data(), rows, cols); });
   return {std::move(out), std::move(out_shape)};
 }
 

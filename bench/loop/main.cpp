@@ -62,8 +62,8 @@ int main(int argc, char** argv) {
               x = cotensor::matmul(x, w) + 1.0F;
             }
             x = x * 1.0F;  // 22 ops in all with `full`
-            issue_us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0)
-                                   .count());
+            issue_us.push_back(
+                std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
             co_await x.ready();
           }
           --running;

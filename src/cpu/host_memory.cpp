@@ -15,7 +15,7 @@
 namespace cotensor::detail::cpu {
 namespace {
 
-constexpr std::size_t buffer_alignment = 64;
+constexpr std::size_t buffer_alignment = device_allocator::host_alignment;
 
 #if !COTENSOR_SYSTEM_ALLOCATOR
 // The blocks of the last few delayed buffers freed, shared by every thread. A result is freed
@@ -108,8 +108,9 @@ recent_blocks& recent() noexcept {
 
 class host_allocator final : public device_allocator {
 public:
-  // Up to 64 KiB a buffer gets its memory when it is made, from the per-thread block cache.
-  std::size_t delayed_bytes() const noexcept override { return 64 * 1024; }
+  // Up to 64 KiB a buffer gets its memory when it is made, from the per-thread block cache
+  // (storage takes those blocks itself).
+  constexpr host_allocator() noexcept : device_allocator(64 * 1024, true) {}
 
   // A delayed buffer's block: a recent one of its size when there is one (not while faults are
   // injected, so that every allocation is counted), else a new one.
@@ -135,11 +136,10 @@ public:
   }
 };
 
+constinit host_allocator host_instance;
+
 }  // namespace
 
-device_allocator& host_memory() {
-  static host_allocator instance;
-  return instance;
-}
+device_allocator& host_memory() { return host_instance; }
 
 }  // namespace cotensor::detail::cpu

@@ -277,24 +277,28 @@ void sum_axis(const float* in,
       });
 }
 
-const kernel_table& kernels() {
-  static constexpr kernel_table table{
-      .fill = fill,
-      .copy = copy,
-      .copy_from_host = copy,  // host memory is the CPU's
-      .binary = binary,
-      .binary_same_shape = binary_same_shape,
-      .binary_scalar = binary_scalar,
-      .unary = unary,
-      .matmul = matmul,
-      .transpose = transpose,
-      .sum = [](const float* in, std::int64_t n, double divisor,
-                float* out) { out[0] = static_cast<float>(sum(in, n) / divisor); },
-      .sum_axis = sum_axis,
-      .randn = randn,
-      .host_chunks = parallel_chunks,
-  };
-  return table;
+namespace {
+
+void sum_all(const float* in, std::int64_t n, double divisor, float* out) {
+  out[0] = static_cast<float>(sum(in, n) / divisor);
 }
+
+}  // namespace
+
+constinit const kernel_table kernel_table_of_cpu{
+    .fill = fill,
+    .copy = copy,
+    .copy_from_host = copy,  // host memory is the CPU's
+    .binary = binary,
+    .binary_same_shape = binary_same_shape,
+    .binary_scalar = binary_scalar,
+    .unary = unary,
+    .matmul = matmul,
+    .transpose = transpose,
+    .sum = sum_all,
+    .sum_axis = sum_axis,
+    .randn = randn,
+    .host_chunks = parallel_chunks,
+};
 
 }  // namespace cotensor::detail::cpu

@@ -16,7 +16,7 @@ namespace cotensor::detail::cpu {
 void init_blas();
 
 /// The CPU's kernel table (these functions).
-const kernel_table& kernels();
+extern const kernel_table kernel_table_of_cpu;
 
 /// Calls `f(begin, end)` over `[0, n)` in chunks of about `grain`, in parallel when n > grain.
 void parallel_chunks(std::int64_t n,

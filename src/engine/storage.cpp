@@ -13,8 +13,10 @@ storage::storage(const cotensor::shape& s, cotensor::device d)
       bytes_(static_cast<std::size_t>(std::max<std::int64_t>(s.numel(), 1)) * sizeof(float)),
       allocator_(&allocator_of(d)) {
   if (bytes_ <= allocator_->delayed_bytes()) {
-    data_.store(static_cast<float*>(allocator_->allocate(bytes_, false)),
-                std::memory_order_relaxed);
+    void* p = allocator_->small_in_host_blocks()
+                  ? allocate_bytes(bytes_, device_allocator::host_alignment)
+                  : allocator_->allocate(bytes_, false);
+    data_.store(static_cast<float*>(p), std::memory_order_relaxed);
     add_count(live_count::buffer_bytes, static_cast<std::int64_t>(bytes_));
   }
   add_count(live_count::buffers, 1);
@@ -35,7 +37,12 @@ float* storage::first_data() {
 
 storage::~storage() {
   if (float* p = data_.load(std::memory_order_relaxed)) {
-    allocator_->deallocate(p, bytes_, bytes_ > allocator_->delayed_bytes());
+    const bool delayed = bytes_ > allocator_->delayed_bytes();
+    if (!delayed && allocator_->small_in_host_blocks()) {
+      free_bytes(p, bytes_, device_allocator::host_alignment);
+    } else {
+      allocator_->deallocate(p, bytes_, delayed);
+    }
     add_count(live_count::buffer_bytes, -static_cast<std::int64_t>(bytes_));
   }
   add_count(live_count::buffers, -1);

@@ -14,9 +14,15 @@ if(CONFIG)
 endif()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix} ${config_args})
 # The consumer is built with the same generator, build tool and compiler as cotensor: a
-# machine set up by cmake/install-deps.sh has Ninja but no make.
+# machine set up by cmake/install-deps.sh has Ninja but no make. Against a sanitizer build of
+# cotensor it is built with the same sanitizers: their runtime must come first in the program.
+set(sanitize_args)
+if(SANITIZE)
+  set(sanitize_args "-DCMAKE_CXX_FLAGS=-fsanitize=${SANITIZE}"
+                    "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZE}")
+endif()
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G "${GENERATOR}"
     -DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM} -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release ${sanitize_args})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
