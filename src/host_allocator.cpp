@@ -2,7 +2,7 @@
 
 #include "cotensor/config.hpp"
 
-#include "engine/faults.hpp"
+#include "faults.hpp"
 
 #include <oneapi/tbb/scalable_allocator.h>
 

@@ -3,9 +3,11 @@
 #include "cotensor/wait.hpp"
 
 #include "engine/engine.hpp"
+#include "engine/recorder.hpp"
 
 #include <atomic>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -57,12 +59,33 @@ runtime_options runtime_options::from_environment() {
 
 runtime::runtime(runtime_options options)
     : engine_(std::make_unique<detail::engine>(options)),
-      previous_(installed.exchange(this, std::memory_order_acq_rel)), installed_(true) {}
+      previous_(installed.exchange(this, std::memory_order_acq_rel)), installed_(true) {
+  trace_from_environment();
+}
 
 runtime::runtime(default_tag /*tag*/, runtime_options options)
-    : engine_(std::make_unique<detail::engine>(options)) {}
+    : engine_(std::make_unique<detail::engine>(options)) {
+  trace_from_environment();
+}
+
+// COTENSOR_TRACE=<file>: record every runtime's ops from its start, saved when it ends.
+void runtime::trace_from_environment() {
+  if (const char* path = std::getenv("COTENSOR_TRACE"); path != nullptr && *path != '\0') {
+    trace_path_ = path;
+    detail::start_recording(*engine_);
+  }
+}
 
 runtime::~runtime() {
+  if (!trace_path_.empty()) {
+    if (auto r = detail::stop_recording(*engine_)) {
+      try {
+        r->snapshot().save(trace_path_);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "cotensor: COTENSOR_TRACE: %s\n", e.what());
+      }
+    }
+  }
   if (installed_) {
     // Become the previous runtime's again only if nobody installed another on top of us.
     runtime* self = this;

@@ -1,14 +1,18 @@
 #include "cotensor/trace.hpp"
 
 #include "engine/engine.hpp"
+#include "engine/observer.hpp"
 #include "engine/recorder.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+#include <vector>
 
 namespace cotensor {
 namespace {
@@ -212,24 +216,82 @@ void trace::save(const std::string& path) const {
   }
 }
 
-void start_trace() { detail::current_engine().start_trace(); }
+namespace detail {
+namespace {
 
-trace stop_trace() {
-  auto r = detail::current_engine().stop_trace();
-  if (!r) {
-    throw std::logic_error("cotensor::stop_trace: no trace is recording");
+// The traces recording now, one per engine at most; `recording` counts them, so that a wait
+// pays one load when none is.
+struct recording_trace {
+  const engine* owner;
+  std::shared_ptr<recorder> r;
+};
+
+// Never destroyed: a runtime may stop its trace during static destruction.
+std::mutex& recordings_mutex() {
+  static auto* const m = new std::mutex;
+  return *m;
+}
+std::vector<recording_trace>& recordings() {
+  static auto* const v = new std::vector<recording_trace>;
+  return *v;
+}
+std::atomic<int> recording{0};
+
+}  // namespace
+
+void start_recording(engine& e) {
+  std::lock_guard lock(recordings_mutex());
+  for (const auto& t : recordings()) {
+    if (t.owner == &e) {
+      throw std::logic_error("cotensor::start_trace: a trace is already recording");
+    }
   }
-  return r->snapshot();
+  auto r = std::make_shared<recorder>(&e);
+  recordings().push_back({&e, r});
+  attach_observer(std::move(r));
+  recording.fetch_add(1, std::memory_order_release);
 }
 
-namespace detail {
+std::shared_ptr<recorder> stop_recording(engine& e) {
+  blocking_waiter all;  // the ops in flight end first, recorded
+  e.wait_all(all);
+  all.wait();
+  std::lock_guard lock(recordings_mutex());
+  auto& v = recordings();
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it->owner == &e) {
+      auto r = std::move(it->r);
+      v.erase(it);
+      detach_observer(r.get());
+      recording.fetch_sub(1, std::memory_order_release);
+      return r;
+    }
+  }
+  return nullptr;
+}
+
+namespace {
+
+std::shared_ptr<recorder> recording_of(const engine& e) {
+  if (recording.load(std::memory_order_acquire) == 0) [[likely]] {
+    return nullptr;
+  }
+  std::lock_guard lock(recordings_mutex());
+  for (const auto& t : recordings()) {
+    if (t.owner == &e) {
+      return t.r;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 traced_wait_handle trace_wait_begin(const char* kind) {
-  engine& e = current_engine();
-  if (e.tracing() == nullptr) [[likely]] {
+  if (recording.load(std::memory_order_acquire) == 0) [[likely]] {
     return {};
   }
-  auto r = e.current_recorder();
+  auto r = recording_of(current_engine());
   if (!r) {
     return {};
   }
@@ -248,4 +310,15 @@ void trace_wait_end(const traced_wait_handle& handle) noexcept {
 }
 
 }  // namespace detail
+
+void start_trace() { detail::start_recording(detail::current_engine()); }
+
+trace stop_trace() {
+  auto r = detail::stop_recording(detail::current_engine());
+  if (!r) {
+    throw std::logic_error("cotensor::stop_trace: no trace is recording");
+  }
+  return r->snapshot();
+}
+
 }  // namespace cotensor

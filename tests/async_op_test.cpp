@@ -2,7 +2,7 @@
 
 #include <cotensor/cotensor.hpp>
 
-#include "engine/faults.hpp"
+#include "faults.hpp"
 #include "support/run.hpp"
 
 #include <boost/asio/as_tuple.hpp>

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -252,5 +253,32 @@ TEST_SUITE("trace") {
     (void)ones({4});  // not recorded: no trace is on
     start_trace();
     CHECK(stop_trace().ops.empty());
+  }
+
+  TEST_CASE("COTENSOR_TRACE records a runtime's ops from its start and saves them at its end" *
+            doctest::timeout(20)) {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "cotensor_env_trace_test.json").string();
+    std::filesystem::remove(path);
+    ::setenv("COTENSOR_TRACE", path.c_str(), 1);
+    {
+      runtime rt{runtime_options{}};
+      ::unsetenv("COTENSOR_TRACE");
+      auto y = map(full({8}, 1.0F), [](float v) { return v + 1.0F; });
+      CHECK(y.to_vector() == std::vector<float>(8, 2.0F));
+      CHECK_THROWS_AS(start_trace(), std::logic_error);  // this runtime's trace is recording
+    }
+    std::ifstream in(path);
+    REQUIRE(in.good());
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto events = boost::json::parse(text.str()).as_object().at("traceEvents").as_array();
+    int maps = 0;
+    for (const auto& e : events) {
+      const auto& o = e.as_object();
+      maps += o.contains("name") && o.at("name").as_string() == "map" ? 1 : 0;
+    }
+    CHECK(maps >= 1);
+    std::filesystem::remove(path);
   }
 }

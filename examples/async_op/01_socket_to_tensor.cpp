@@ -35,19 +35,18 @@ asio::awaitable<void> send_frames(tcp::endpoint to) {
 // frame read: frames arrive in order on one socket, so each read waits for the one before).
 cotensor::tensor receive_frame(tcp::socket& socket, const cotensor::tensor& previous) {
   auto x = cotensor::zeros({frame_floats});
-  cotensor::async_op("recv", {previous}, {x},
-                     [&socket](cotensor::async_op_context& ctx, cotensor::async_op_done done) {
-                       // `start` runs on a backend thread: hop to the socket's executor to use
-                       // it, and return at once. The read ends the op, with its error if any.
-                       asio::post(socket.get_executor(), [&socket, out = ctx.write(0),
-                                                          done = std::move(done)]() mutable {
-                         asio::async_read(socket, asio::buffer(out.data(), out.size_bytes()),
-                                          [done = std::move(done)](
-                                              boost::system::error_code ec, std::size_t) mutable {
-                                            done(ec);
-                                          });
-                       });
-                     });
+  cotensor::async_op(
+      "recv", {previous}, {x},
+      [&socket](cotensor::async_op_context& ctx, cotensor::async_op_done done) {
+        // `start` runs on a backend thread: hop to the socket's executor to use
+        // it, and return at once. The read ends the op, with its error if any.
+        asio::post(socket.get_executor(),
+                   [&socket, out = ctx.write(0), done = std::move(done)]() mutable {
+                     asio::async_read(socket, asio::buffer(out.data(), out.size_bytes()),
+                                      [done = std::move(done)](boost::system::error_code ec,
+                                                               std::size_t) mutable { done(ec); });
+                   });
+      });
   return x;
 }
 

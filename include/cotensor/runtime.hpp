@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 
 namespace cotensor {
@@ -96,10 +97,12 @@ public:
 private:
   struct default_tag {};
   runtime(default_tag, runtime_options options);
+  void trace_from_environment();
 
   std::unique_ptr<detail::engine> engine_;
   runtime* previous_ = nullptr;
   bool installed_ = false;
+  std::string trace_path_;  // COTENSOR_TRACE: the trace is saved there when the runtime ends
 };
 
 /// Waits, as a universal Asio async operation, until the current runtime has room for another op

@@ -4,7 +4,7 @@
 #include "cotensor/config.hpp"
 
 #include "cpu/cpu_backend.hpp"
-#include "engine/faults.hpp"
+#include "faults.hpp"
 #include "host_allocator.hpp"
 #include "spin_mutex.hpp"
 

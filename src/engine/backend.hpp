@@ -27,8 +27,6 @@
 
 #include "cotensor/device.hpp"
 
-#include "engine/kernel_fn.hpp"
-
 #include <cstddef>
 #include <exception>
 #include <memory>

@@ -5,11 +5,10 @@
 #include "engine/nvtx.hpp"
 #include "engine/observer.hpp"
 
-#include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
 
 namespace cotensor::detail {
 
@@ -48,24 +47,14 @@ engine::engine(const runtime_options& options)
   backends_[0].store(cpu_, std::memory_order_release);
   run_now_enabled_ = options_.inline_small_ops && !options_.synchronous;
   observe_with_nvtx_if_profiled();
-  if (const char* path = std::getenv("COTENSOR_TRACE"); path != nullptr && *path != '\0') {
-    trace_path_ = path;
-    start_trace();
-  }
 }
 
 engine::~engine() {
   blocking_waiter all;
   tracker_->wait(all);
   all.wait();
-  if (!trace_path_.empty()) {
-    if (auto r = stop_trace()) {
-      try {
-        r->snapshot().save(trace_path_);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "cotensor: COTENSOR_TRACE: %s\n", e.what());
-      }
-    }
+  while (handoffs_.load(std::memory_order_acquire) != 0) {  // a completion still handing off
+    std::this_thread::yield();
   }
   for (auto& b : owned_backends_) {
     if (b) {
@@ -232,9 +221,13 @@ void engine::drop_hold(op_node* op, bool here) noexcept {
     finish(op);
     return;
   }
-  // Never on the completing thread: hand the op back to a thread of its backend.
+  // Never on the completing thread: hand the op back to a thread of its backend. The op may
+  // retire, and the last wait end, before submit_retire returns: the destructor waits for
+  // this call to leave the backend before destroying it.
+  handoffs_.fetch_add(1, std::memory_order_acq_rel);
   backend& b = op->device.type == device::kind::cpu ? *cpu_ : backend_for(op->device.type);
   b.submit_retire(op);
+  handoffs_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void engine::finish(op_node* op) noexcept {
@@ -289,28 +282,6 @@ void engine::retire(op_node* op) noexcept {
   // Last: once the runtime's tracker sees the op leave, the engine may be destroyed.
   auto all = tracker_;
   all->leave(generation, failed);
-}
-
-void engine::start_trace() {
-  std::lock_guard lock(trace_mutex_);
-  if (recorder_) {
-    throw std::logic_error("cotensor::start_trace: a trace is already recording");
-  }
-  recorder_ = std::make_shared<recorder>(this);
-  attach_observer(recorder_);
-  tracing_.store(recorder_.get(), std::memory_order_release);
-}
-
-std::shared_ptr<recorder> engine::stop_trace() {
-  blocking_waiter all;
-  tracker_->wait(all);
-  all.wait();
-  std::lock_guard lock(trace_mutex_);
-  tracing_.store(nullptr, std::memory_order_release);
-  if (recorder_) {
-    detach_observer(recorder_.get());
-  }
-  return std::move(recorder_);
 }
 
 asio::any_io_executor engine::fallback_executor() {

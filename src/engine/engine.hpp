@@ -10,7 +10,6 @@
 #include "engine/admission.hpp"
 #include "engine/backend.hpp"
 #include "engine/op_node.hpp"
-#include "engine/recorder.hpp"
 #include "engine/storage.hpp"
 #include "engine/tracker.hpp"
 #include "engine/waits.hpp"
@@ -24,7 +23,6 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <string>
 
 namespace cotensor::detail {
 
@@ -53,17 +51,6 @@ public:
   void wait_all(waiter& w) { tracker_->wait(w); }
   void admit(waiter& w) { admission_.admit(w); }
   asio::any_io_executor fallback_executor();
-  /// Starts recording a trace; throws std::logic_error if one is recording.
-  void start_trace();
-  /// Waits for the ops in flight, stops recording and returns the trace (null if none).
-  std::shared_ptr<recorder> stop_trace();
-  /// The recording trace, kept alive by the caller; null if none.
-  std::shared_ptr<recorder> current_recorder() {
-    std::lock_guard lock(trace_mutex_);
-    return recorder_;
-  }
-  /// The recording trace, or null: one load, the only cost when tracing is off.
-  recorder* tracing() const noexcept { return tracing_.load(std::memory_order_acquire); }
   const runtime_options& options() const noexcept { return options_; }
   runtime_stats stats() const noexcept;
   unsigned worker_threads() const noexcept;
@@ -106,12 +93,8 @@ private:
   std::atomic<std::uint64_t> issued_{0};
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::uint64_t> ran_now_{0};  // issued and completed by run_now
+  std::atomic<std::int32_t> handoffs_{0};  // completions inside backend::submit_retire
 
-  std::atomic<recorder*> tracing_{nullptr};
-  std::mutex trace_mutex_;
-  std::shared_ptr<recorder> recorder_;
-  std::string trace_path_;        // COTENSOR_TRACE: saved when the engine stops
-  bool nvtx_ = false;             // emit NVTX ranges: a profiler is attached
   bool run_now_enabled_ = false;  // run_now may run ops: set once, by the constructor
 
   std::once_flag fallback_once_;

@@ -1,4 +1,4 @@
-#include "engine/faults.hpp"
+#include "faults.hpp"
 
 #include "engine/observer.hpp"
 #include "engine/op_node.hpp"

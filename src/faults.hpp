@@ -1,11 +1,12 @@
 #pragma once
 
-// Fault injection for tests: compiled into every build, off by default. A test arms a fault
-// (make the N-th op fail, make the N-th allocation fail, delay the N-th op's completion) and
-// checks that the engine hands the failure to exactly the waiters that depend on it, and leaks
-// nothing. While anything is armed, an observer of ops (engine/observer.hpp) counts pushes and
-// fails or delays the chosen op; while nothing is, ops pay nothing and allocations one relaxed
-// load of `faults::armed`, a branch the CPU predicts.
+// Fault injection for tests (the op side is an observer in src/engine/faults.cpp): compiled
+// into every build, off by default. A test arms a fault (make the N-th op fail, make the N-th
+// allocation fail, delay the N-th op's completion) and checks that the engine hands the
+// failure to exactly the waiters that depend on it, and leaks nothing. While anything is armed, an
+// observer of ops (engine/observer.hpp) counts pushes and fails or delays the chosen op; while
+// nothing is, ops pay nothing and allocations one relaxed load of `faults::armed`, a branch the CPU
+// predicts.
 //
 // Counting starts when a fault is armed: the N-th op is the N-th op pushed on any runtime
 // afterwards (1: the next one), the N-th allocation the N-th call of `allocate_bytes`, which
