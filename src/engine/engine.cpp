@@ -127,7 +127,10 @@ void engine::push(std::unique_ptr<op_node> node) {
     }
   }
   // `op` may be gone after its last dependency is met.
-  const std::shared_ptr<const observer_list> observers = op->observers;
+  std::shared_ptr<const observer_list> observers;
+  if (op->observers) [[unlikely]] {
+    observers = op->observers;
+  }
   const std::uint64_t seq = op->seq;
   if (runs_inline(*op, touched_bytes)) {
     if (op->unmet.fetch_sub(1, std::memory_order_acq_rel) == 1) {
