@@ -1,0 +1,139 @@
+#include "cuda/event_poller.hpp"
+
+#include "cotensor/error.hpp"
+
+#include "spin_mutex.hpp"
+
+#include <chrono>
+#include <exception>
+#include <utility>
+
+namespace cotensor::detail::cuda {
+namespace {
+
+// Rounds of polling with no event ending: spin this many (a short GPU op ends within them),
+// yield this many more, then sleep `backoff` between rounds.
+constexpr int spin_rounds = 64;
+constexpr int yield_rounds = 64;
+constexpr auto backoff = std::chrono::microseconds(10);
+
+}  // namespace
+
+event_poller::event_poller(event_source& source, std::string device_name)
+    : source_(source), device_name_(std::move(device_name)), thread_([this] { run(); }) {}
+
+event_poller::~event_poller() {
+  shutdown();
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+std::error_code event_poller::failure() const {
+  std::lock_guard lock(mutex_);
+  return failure_;
+}
+
+std::exception_ptr event_poller::device_error() const {
+  return std::make_exception_ptr(
+      std::system_error(failure(), "cotensor: device " + device_name_ + " failed"));
+}
+
+void event_poller::watch(void* event, op_completion done) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_ && !failed()) {
+      incoming_.push_back({event, std::move(done)});
+      has_incoming_.store(true, std::memory_order_release);
+      wake_.notify_one();
+      return;
+    }
+  }
+  source_.release(event);
+  if (failed()) {
+    done(device_error());
+  } else {
+    done(std::make_exception_ptr(std::system_error(make_error_code(errc::shutting_down),
+                                                   "cotensor: device " + device_name_)));
+  }
+}
+
+void event_poller::shutdown() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    wake_.notify_one();
+  }
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) {
+    thread_.join();
+  }
+}
+
+void event_poller::fail_device(const std::error_code& ec) noexcept {
+  std::lock_guard lock(mutex_);
+  if (!failed_.load(std::memory_order_relaxed)) {
+    failure_ = ec;
+    failed_.store(true, std::memory_order_release);
+  }
+}
+
+bool event_poller::poll_once(std::deque<watched>& watching) noexcept {
+  polls_.fetch_add(1, std::memory_order_relaxed);
+  bool ended = false;
+  for (auto it = watching.begin(); it != watching.end();) {
+    std::error_code ec;
+    const event_state state = failed() ? event_state::failed : source_.query(it->event, ec);
+    if (state == event_state::pending) {
+      ++it;
+      continue;
+    }
+    if (state == event_state::failed && !failed()) {
+      fail_device(ec);
+    }
+    source_.release(it->event);
+    // Handing the op back to the engine allocates nothing the engine has not got ready; an
+    // error's exception_ptr may fail to allocate, which std::make_exception_ptr reports as
+    // std::bad_alloc's own exception_ptr: the op still ends.
+    it->done(state == event_state::complete ? nullptr : device_error());
+    it = watching.erase(it);
+    ended = true;
+  }
+  return ended;
+}
+
+void event_poller::run() noexcept {
+  std::deque<watched> watching;  // this thread's own
+  int idle_rounds = 0;
+  for (;;) {
+    if (watching.empty() || has_incoming_.load(std::memory_order_acquire)) {
+      std::unique_lock lock(mutex_);
+      if (watching.empty()) {
+        // Nothing pending: sleep until an event is watched or the poller stops.
+        wake_.wait(lock, [this] { return stopping_ || !incoming_.empty(); });
+        idle_rounds = 0;
+      }
+      while (!incoming_.empty()) {
+        watching.push_back(std::move(incoming_.front()));
+        incoming_.pop_front();
+      }
+      has_incoming_.store(false, std::memory_order_relaxed);
+      if (watching.empty() && stopping_) {
+        return;  // drained
+      }
+    }
+    if (poll_once(watching)) {
+      idle_rounds = 0;
+      continue;
+    }
+    ++idle_rounds;
+    if (idle_rounds < spin_rounds) {
+      cpu_relax();
+    } else if (idle_rounds < spin_rounds + yield_rounds) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(backoff);
+    }
+  }
+}
+
+}  // namespace cotensor::detail::cuda

@@ -1,0 +1,235 @@
+#include "cuda/event_poller.hpp"
+
+#include <cotensor/cotensor.hpp>
+
+#include "engine/engine.hpp"
+#include "support/run.hpp"
+
+#include <boost/asio/use_future.hpp>
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+// The GPU completion path without a GPU: ops whose work "launches" and records an event, ended
+// by the event poller when a fake event source says the event completed or the device failed.
+
+using namespace cotensor;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+namespace cuda = cotensor::detail::cuda;
+
+namespace {
+
+/// Events a test completes or fails by hand; checks that the poller queries no event it has
+/// released and releases each once.
+class fake_events final : public cuda::event_source {
+public:
+  struct event {
+    std::atomic<cuda::event_state> state{cuda::event_state::pending};
+  };
+
+  event* make() {
+    std::lock_guard lock(mutex_);
+    return &events_.emplace_back();
+  }
+
+  cuda::event_state query(void* e, std::error_code& ec) noexcept override {
+    queries_.fetch_add(1);
+    std::lock_guard lock(mutex_);
+    if (released_.count(e) != 0) {
+      misuse_ = true;
+    }
+    const auto state = static_cast<event*>(e)->state.load();
+    if (state == cuda::event_state::failed) {
+      ec = std::make_error_code(std::errc::io_error);  // stands for cudaErrorIllegalAddress
+    }
+    return state;
+  }
+
+  void release(void* e) noexcept override {
+    std::lock_guard lock(mutex_);
+    if (!released_.insert(e).second) {
+      misuse_ = true;
+    }
+  }
+
+  std::size_t released() const {
+    std::lock_guard lock(mutex_);
+    return released_.size();
+  }
+  bool misused() const {
+    std::lock_guard lock(mutex_);
+    return misuse_;
+  }
+  std::uint64_t queries() const { return queries_.load(); }
+
+private:
+  mutable std::mutex mutex_;
+  std::deque<event> events_;  // stable addresses
+  std::set<void*> released_;
+  bool misuse_ = false;
+  std::atomic<std::uint64_t> queries_{0};
+};
+
+/// Issues an op writing `out` whose work "launches" (fills `out` with `value`) and hands its
+/// completion to the poller with `event`; counts it in `*launched` if given.
+void launch(cuda::event_poller& poller,
+            fake_events::event* event,
+            const tensor& out,
+            float value,
+            std::atomic<int>* launched = nullptr) {
+  auto op = detail::make_op("gpu_op", {}, {out.storage()});
+  op->kernel.emplace_async(
+      [&poller, event, s = out.storage().get(), value, launched](detail::op_completion done) {
+        std::fill(s->data(), s->data() + s->numel(), value);
+        poller.watch(event, std::move(done));
+        if (launched != nullptr) {
+          ++*launched;
+        }
+      });
+  detail::current_engine().push(std::move(op));
+}
+
+bool ready(std::future<void>& f) { return f.wait_for(0s) == std::future_status::ready; }
+
+}  // namespace
+
+TEST_SUITE("event_poller") {
+  TEST_CASE("ops end in the order their events complete, not the order they were issued" *
+            doctest::timeout(20)) {
+    fake_events source;
+    cuda::event_poller poller(source, "cuda:0");
+    auto a = zeros({2});
+    auto b = zeros({2});
+    auto* ea = source.make();
+    auto* eb = source.make();
+    launch(poller, ea, a, 1.0F);
+    launch(poller, eb, b, 2.0F);
+    auto a_ready = a.async_wait(asio::use_future);
+    auto all = std::async(std::launch::async, [] { wait_all(); });
+    std::this_thread::sleep_for(20ms);
+    CHECK_FALSE(ready(a_ready));
+    eb->state = cuda::event_state::complete;
+    CHECK(b.to_vector() == std::vector<float>{2, 2});  // b's op ended; a's is pending still
+    CHECK_FALSE(ready(a_ready));
+    CHECK(all.wait_for(0s) == std::future_status::timeout);
+    ea->state = cuda::event_state::complete;
+    a_ready.get();
+    all.get();
+    CHECK(a.to_vector() == std::vector<float>{1, 1});
+    poller.shutdown();
+    CHECK(source.released() == 2);
+    CHECK_FALSE(source.misused());
+  }
+
+  TEST_CASE("a failed event puts the device in the failed state: every op on it fails promptly,"
+            " waiters and scopes complete, CPU work goes on" *
+            doctest::timeout(20)) {
+    fake_events source;
+    cuda::event_poller poller(source, "cuda:0");
+    cotensor::scope s;
+    auto a = zeros({2});
+    auto b = zeros({2});
+    auto* ea = source.make();
+    auto* eb = source.make();
+    s.run([&] {
+      launch(poller, ea, a, 1.0F);
+      launch(poller, eb, b, 2.0F);
+    });
+    auto a_plus = a + 1.0F;                 // a dependent, skipped
+    ea->state = cuda::event_state::failed;  // eb never completes: the device failure ends it
+    auto is_device_error = [](const tensor& t) {
+      try {
+        t.wait();
+      } catch (const std::system_error& e) {
+        return e.code() == std::make_error_code(std::errc::io_error) &&
+               std::string(e.what()).find("cuda:0") != std::string::npos;
+      }
+      return false;
+    };
+    CHECK(is_device_error(a));
+    CHECK(is_device_error(b));
+    CHECK(is_device_error(a_plus));
+    CHECK_THROWS_AS(s.wait(), std::system_error);
+    bool resumed_with_error = false;
+    try {
+      cotensor::test::run_to_completion([b]() -> asio::awaitable<void> { co_await b.ready(); });
+    } catch (const std::system_error&) {
+      resumed_with_error = true;
+    }
+    CHECK(resumed_with_error);
+    CHECK(poller.failed());
+    CHECK(poller.failure() == std::make_error_code(std::errc::io_error));
+    // Later ops on the device fail at once; the CPU keeps computing.
+    auto c = zeros({2});
+    launch(poller, source.make(), c, 3.0F);
+    CHECK(is_device_error(c));
+    CHECK((full({2}, 2.0F) * 2.0F).to_vector() == std::vector<float>{4, 4});
+    wait_all();
+    poller.shutdown();
+    CHECK(source.released() == 3);
+    CHECK_FALSE(source.misused());
+  }
+
+  TEST_CASE("shutdown drains: it returns once every pending event has completed" *
+            doctest::timeout(20)) {
+    fake_events source;
+    auto poller = std::make_unique<cuda::event_poller>(source, "cuda:0");
+    std::vector<fake_events::event*> events;
+    std::vector<tensor> outs;
+    std::atomic<int> launched{0};
+    for (int i = 0; i < 8; ++i) {
+      events.push_back(source.make());
+      outs.push_back(zeros({1}));
+      launch(*poller, events.back(), outs.back(), static_cast<float>(i), &launched);
+    }
+    while (launched.load() < 8) {  // every op launched and watched
+      std::this_thread::sleep_for(1ms);
+    }
+    std::thread completer([&] {
+      std::this_thread::sleep_for(30ms);
+      for (auto* e : events) {
+        e->state = cuda::event_state::complete;
+      }
+    });
+    poller->shutdown();  // waits for the completer
+    CHECK(source.released() == 8);
+    completer.join();
+    wait_all();
+    for (int i = 0; i < 8; ++i) {
+      CHECK(outs[static_cast<std::size_t>(i)].item() == static_cast<float>(i));
+    }
+    // A poller shut down refuses new events: the op fails, its event is released.
+    auto late = zeros({1});
+    launch(*poller, source.make(), late, 1.0F);
+    CHECK_THROWS_AS(late.wait(), std::system_error);
+    CHECK(source.released() == 9);
+    poller.reset();
+    CHECK_FALSE(source.misused());
+  }
+
+  TEST_CASE("with nothing pending the poller sleeps" * doctest::timeout(20)) {
+    fake_events source;
+    cuda::event_poller poller(source, "cuda:0");
+    auto a = zeros({1});
+    auto* e = source.make();
+    launch(poller, e, a, 5.0F);
+    std::this_thread::sleep_for(20ms);
+    CHECK(source.queries() > 0);  // polled while pending
+    e->state = cuda::event_state::complete;
+    CHECK(a.item() == 5.0F);
+    std::this_thread::sleep_for(5ms);
+    const auto polls = poller.polls();
+    std::this_thread::sleep_for(50ms);
+    CHECK(poller.polls() == polls);  // asleep: not one poll more
+  }
+}
