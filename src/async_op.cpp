@@ -13,7 +13,11 @@
 namespace cotensor {
 
 std::exception_ptr async_op_done::make_error(const boost::system::error_code& ec) noexcept {
-  return std::make_exception_ptr(boost::system::system_error(ec));
+  try {
+    throw boost::system::system_error(ec);
+  } catch (...) {
+    return std::current_exception();  // or std::bad_alloc's, out of memory
+  }
 }
 
 namespace detail {
@@ -74,19 +78,27 @@ void issue_async_op(std::span<const tensor> reads,
   for (const tensor& w : writes) {
     out.push_back(w.storage().get());
   }
-  auto op = make_op(start->name(), {}, {});
+  // The op's name outlives `start` (errors and traces name the op after it returns).
+  auto name = std::make_unique<const std::string>(start->name());
+  auto op = make_op(name->c_str(), {}, {});
+  // Written in place (the old values are there in ctx.write(i)): a read-write, so that an
+  // error in what it updates skips it and passes on, as for `+=`.
   for (const tensor& w : writes) {
-    add_access(*op, w.storage(), access_mode::write);
+    add_access(*op, w.storage(), access_mode::read_write);
   }
   for (const tensor& r : reads) {
     add_access(*op, r.storage(), access_mode::read);
   }
   op->runs_user_code = true;
-  op->kernel.emplace_async([start = std::move(start), in = std::move(in), out = std::move(out),
+  op->kernel.emplace_async([name = std::move(name), start = std::move(start), in = std::move(in),
+                            out = std::move(out),
                             ctx = async_op_context()](op_completion done) mutable {
+    // `start` goes when it returns or throws: what the work needs later is owned by what ends
+    // it, and a completion that `start` kept alive cannot keep its own op alive forever.
+    const auto callable = std::move(start);
     // data() may allocate a delayed buffer and throw: the op then fails with that.
     async_op_access::bind(ctx, in, out);
-    (*start)(ctx, async_op_access::done(std::move(done)));
+    (*callable)(ctx, async_op_access::done(std::move(done)));
   });
   current_engine().push(std::move(op));
 }

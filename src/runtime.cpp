@@ -57,10 +57,11 @@ runtime_options runtime_options::from_environment() {
   return options;
 }
 
-runtime::runtime(runtime_options options)
-    : engine_(std::make_unique<detail::engine>(options)),
-      previous_(installed.exchange(this, std::memory_order_acq_rel)), installed_(true) {
+runtime::runtime(runtime_options options) : engine_(std::make_unique<detail::engine>(options)) {
   trace_from_environment();
+  // Installed last: a constructor that throws leaves the previous runtime current.
+  previous_ = installed.exchange(this, std::memory_order_acq_rel);
+  installed_ = true;
 }
 
 runtime::runtime(default_tag /*tag*/, runtime_options options)
@@ -77,13 +78,13 @@ void runtime::trace_from_environment() {
 }
 
 runtime::~runtime() {
-  if (!trace_path_.empty()) {
-    if (auto r = detail::stop_recording(*engine_)) {
-      try {
-        r->snapshot().save(trace_path_);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "cotensor: COTENSOR_TRACE: %s\n", e.what());
-      }
+  // A trace still recording ends with the runtime (saved for COTENSOR_TRACE, else dropped).
+  auto r = detail::stop_recording(*engine_);
+  if (r && !trace_path_.empty()) {
+    try {
+      r->snapshot().save(trace_path_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cotensor: COTENSOR_TRACE: %s\n", e.what());
     }
   }
   if (installed_) {

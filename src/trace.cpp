@@ -237,6 +237,19 @@ std::vector<recording_trace>& recordings() {
 }
 std::atomic<int> recording{0};
 
+std::shared_ptr<recorder> recording_of(const engine& e) {
+  if (recording.load(std::memory_order_acquire) == 0) [[likely]] {
+    return nullptr;
+  }
+  std::lock_guard lock(recordings_mutex());
+  for (const auto& t : recordings()) {
+    if (t.owner == &e) {
+      return t.r;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 void start_recording(engine& e) {
@@ -248,11 +261,19 @@ void start_recording(engine& e) {
   }
   auto r = std::make_shared<recorder>(&e);
   recordings().push_back({&e, r});
-  attach_observer(std::move(r));
+  try {
+    attach_observer(std::move(r));
+  } catch (...) {
+    recordings().pop_back();
+    throw;
+  }
   recording.fetch_add(1, std::memory_order_release);
 }
 
 std::shared_ptr<recorder> stop_recording(engine& e) {
+  if (!recording_of(e)) {
+    return nullptr;
+  }
   blocking_waiter all;  // the ops in flight end first, recorded
   e.wait_all(all);
   all.wait();
@@ -269,23 +290,6 @@ std::shared_ptr<recorder> stop_recording(engine& e) {
   }
   return nullptr;
 }
-
-namespace {
-
-std::shared_ptr<recorder> recording_of(const engine& e) {
-  if (recording.load(std::memory_order_acquire) == 0) [[likely]] {
-    return nullptr;
-  }
-  std::lock_guard lock(recordings_mutex());
-  for (const auto& t : recordings()) {
-    if (t.owner == &e) {
-      return t.r;
-    }
-  }
-  return nullptr;
-}
-
-}  // namespace
 
 traced_wait_handle trace_wait_begin(const char* kind) {
   if (recording.load(std::memory_order_acquire) == 0) [[likely]] {

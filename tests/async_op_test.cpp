@@ -20,6 +20,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <system_error>
@@ -417,5 +418,73 @@ TEST_SUITE("async_op") {
                                done(std::make_exception_ptr(std::runtime_error("now")));
                              }),
                     std::runtime_error);
+  }
+
+  TEST_CASE("an async op waiting for its completion holds no room in flight" *
+            doctest::timeout(30)) {
+    runtime rt({.worker_threads = 2, .max_in_flight = 2, .inline_small_ops = false});
+    std::mutex mutex;
+    std::vector<async_op_done> parked;  // three idle "sockets"
+    std::vector<tensor> received;
+    for (int i = 0; i < 3; ++i) {
+      received.push_back(zeros({1}));
+      async_op("idle", {}, {received.back()}, [&](async_op_context&, async_op_done done) {
+        std::lock_guard lock(mutex);
+        parked.push_back(std::move(done));
+      });
+    }
+    // Other work goes on while they wait: a thread issuing 20 ops is never stuck for room.
+    auto other = std::async(std::launch::async, [] {
+      auto x = full({1000}, 1.0F);
+      for (int i = 0; i < 20; ++i) {
+        x = x + 1.0F;
+      }
+      return x.to_vector()[999];
+    });
+    REQUIRE(other.wait_for(20s) == std::future_status::ready);
+    CHECK(other.get() == 21.0F);
+    std::vector<async_op_done> ending;
+    while (ending.size() < 3) {
+      std::lock_guard lock(mutex);
+      for (auto& d : parked) {
+        ending.push_back(std::move(d));
+      }
+      parked.clear();
+    }
+    for (auto& d : ending) {
+      d();
+    }
+    wait_all();
+    CHECK(rt.stats().in_flight == 0);
+  }
+
+  TEST_CASE("start is destroyed when it returns: a completion it kept cannot keep its op alive" *
+            doctest::timeout(20)) {
+    struct pending_read {
+      std::optional<async_op_done> done;  // the read that never comes holds the completion
+    };
+    auto y = zeros({2});
+    {
+      auto state = std::make_shared<pending_read>();
+      async_op("cycle", {}, {y}, [state](async_op_context&, async_op_done done) {
+        state->done.emplace(std::move(done));
+      });
+    }
+    CHECK(error_of(y) == errc::op_abandoned);
+    wait_all();
+    CHECK(runtime::current().stats().live_ops == 0);
+  }
+
+  TEST_CASE("an error in a tensor an async op updates skips it and passes on" *
+            doctest::timeout(20)) {
+    auto y = map(full({2}, 1.0F), [](float) -> float { throw std::domain_error("bad old value"); });
+    std::atomic<int> starts{0};
+    async_op("update", {}, {y}, [&starts](async_op_context& ctx, async_op_done done) {
+      ++starts;
+      ctx.write(0)[0] += 1.0F;
+      done();
+    });
+    CHECK(fails_with<std::domain_error>(y, "bad old value"));
+    CHECK(starts.load() == 0);
   }
 }

@@ -36,12 +36,10 @@ TEST_SUITE("backend") {
     detail::op_completion done = launched.get_future().get();
     // The buffer is free: a reader runs and sees the launched work, though the op has not ended.
     CHECK((y + 1.0F).to_vector() == std::vector<float>{4, 4, 4, 4});
-    CHECK(runtime::current().stats().in_flight >= 1);
     auto all = std::async(std::launch::async, [] { wait_all(); });
     CHECK(all.wait_for(50ms) == std::future_status::timeout);  // wait_all covers it still
     done();
     all.get();
-    CHECK(runtime::current().stats().in_flight == 0);
   }
 
   TEST_CASE("the registry serves the CPU and refuses devices this build has no backend for") {

@@ -281,4 +281,17 @@ TEST_SUITE("trace") {
     CHECK(maps >= 1);
     std::filesystem::remove(path);
   }
+
+  TEST_CASE("a trace still recording ends with its runtime" * doctest::timeout(20)) {
+    {
+      runtime rt{runtime_options{}};
+      start_trace();
+      (void)ones({4});
+    }  // not stopped
+    runtime next{runtime_options{}};
+    CHECK_NOTHROW(start_trace());  // nothing left recording, whatever the new runtime's address
+    (void)ones({4});
+    trace t = stop_trace();
+    CHECK(t.ops.size() == 1);  // this runtime's op only
+  }
 }

@@ -132,24 +132,30 @@ void issue_async_op(std::span<const tensor> reads,
 /// When the op's accesses are granted (every earlier write to what it reads, and every earlier
 /// read and write of what it writes, has ended), `start(ctx, done)` runs on a backend thread:
 /// `ctx.read(i)` is a `std::span<const float>` of the `i`-th read tensor, `ctx.write(i)` a
-/// `std::span<float>` of the `i`-th written one, both valid until `done` is invoked. `start`
-/// must not block: it starts the work and returns, handing `done` to whatever finishes it.
+/// `std::span<float>` of the `i`-th written one (holding its old values: it is updated in
+/// place, like `+=`), both valid until `done` is invoked. `start` must not block: it starts the
+/// work and returns, handing `done` to whatever finishes it. `start` is destroyed as soon as it
+/// returns (or throws): what the work needs later (a buffer, a socket's handle) must be owned
+/// by what ends it, as with any Asio handler, and a completion that `start` stored cannot keep
+/// its own op alive. Once `start` has returned, the op no longer counts against the in-flight
+/// bounds (`runtime_options::max_in_flight`): an op waiting on an idle socket holds back no
+/// other work.
 ///
 /// Completion: the op ends when `done` is invoked: `done()` succeeds; `done(std::exception_ptr)`
 /// or `done(boost::system::error_code)` (non-zero) fails it like a kernel's exception, so the
 /// ops that read what it writes are skipped and every wait on them rethrows. Then, as for any
 /// op, its writes are released, dependents start and waiters resume on their own executors.
 /// Errors: `start` throwing fails the op the same way (unless `done` was invoked first); `done`
-/// destroyed uninvoked fails it with `errc::op_abandoned`. An input's error skips `start` and
-/// passes on. Bad arguments throw at the call with nothing enqueued: an empty tensor or a
-/// tensor both read and written (std::invalid_argument), a device whose memory the host cannot
-/// touch (std::invalid_argument) or that this build cannot serve (std::system_error,
-/// `errc::device_unavailable`).
-/// Cancellation: none: an op in flight runs to its end (a wait on its result can be cancelled).
-/// Thread safety: any thread; `start` runs on a backend thread (never inline on the caller's),
-/// so it must not wait on cotensor tensors; `done` may be invoked from any thread, once. Under
-/// the synchronous engine (`runtime_options::synchronous`) the call returns only after `done`
-/// is invoked, so `done` must not need the calling thread.
+/// destroyed uninvoked fails it with `errc::op_abandoned`. An error in a tensor it reads or
+/// writes (from the op that computed it) skips `start` and passes on. Bad arguments throw at the
+/// call with nothing enqueued: an empty tensor or a tensor both read and written
+/// (std::invalid_argument), a device whose memory the host cannot touch (std::invalid_argument) or
+/// that this build cannot serve (std::system_error, `errc::device_unavailable`). Cancellation:
+/// none: an op in flight runs to its end (a wait on its result can be cancelled). Thread safety:
+/// any thread; `start` runs on a backend thread, so it must not wait on cotensor tensors; `done`
+/// may be invoked from any thread, once. Under the synchronous engine
+/// (`runtime_options::synchronous`) `start` runs inside the call, on the calling thread, and
+/// the call returns only after `done` is invoked, so `done` must not need the calling thread.
 /// `name` names the op in traces and errors; it is copied.
 template <class Start>
 void async_op(const char* name,

@@ -22,6 +22,11 @@ struct runtime_options {
   unsigned worker_threads = 0;
   /// The most ops in flight (issued and not yet ended) before issuing blocks; 0: unbounded.
   /// Bounds the memory a frontend that runs ahead can pin (the chapter's overfilled queue).
+  /// A thread running an Asio event loop is never blocked: it is admitted over the bound and
+  /// its next cotensor async wait waits for room too (see `runtime_stats::admission_deferred`;
+  /// the debt belongs to the thread, not to one coroutine, so a coroutine that only awaits
+  /// other things is not paced: `co_await admission()` does that). An `async_op` counts until
+  /// its `start` returns, not while it waits for its completion.
   std::size_t max_in_flight = 1024;
   /// About the most bytes the ops in flight may write before issuing blocks; 0: unbounded. An
   /// op that writes more is admitted alone, once nothing else is in flight. Bounds the memory

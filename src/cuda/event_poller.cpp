@@ -34,9 +34,12 @@ std::error_code event_poller::failure() const {
   return failure_;
 }
 
-std::exception_ptr event_poller::device_error() const {
-  return std::make_exception_ptr(
-      std::system_error(failure(), "cotensor: device " + device_name_ + " failed"));
+std::exception_ptr event_poller::device_error() const noexcept {
+  try {
+    throw std::system_error(failure(), "cotensor: device " + device_name_ + " failed");
+  } catch (...) {
+    return std::current_exception();  // or std::bad_alloc's, out of memory
+  }
 }
 
 void event_poller::watch(void* event, op_completion done) {
@@ -52,9 +55,13 @@ void event_poller::watch(void* event, op_completion done) {
   source_.release(event);
   if (failed()) {
     done(device_error());
-  } else {
-    done(std::make_exception_ptr(std::system_error(make_error_code(errc::shutting_down),
-                                                   "cotensor: device " + device_name_)));
+    return;
+  }
+  try {
+    throw std::system_error(make_error_code(errc::shutting_down),
+                            "cotensor: device " + device_name_);
+  } catch (...) {
+    done(std::current_exception());
   }
 }
 
@@ -64,6 +71,8 @@ void event_poller::shutdown() noexcept {
     stopping_ = true;
     wake_.notify_one();
   }
+  // One joins; a second caller, at once or later, waits for that.
+  std::lock_guard join(join_mutex_);
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) {
     thread_.join();
   }
@@ -91,9 +100,6 @@ bool event_poller::poll_once(std::deque<watched>& watching) noexcept {
       fail_device(ec);
     }
     source_.release(it->event);
-    // Handing the op back to the engine allocates nothing the engine has not got ready; an
-    // error's exception_ptr may fail to allocate, which std::make_exception_ptr reports as
-    // std::bad_alloc's own exception_ptr: the op still ends.
     it->done(state == event_state::complete ? nullptr : device_error());
     it = watching.erase(it);
     ended = true;

@@ -67,10 +67,11 @@ public:
   ~event_poller();
 
   /// Ends `done` when `event` completes, or fails it when the device has failed (then at
-  /// once, `event` released). After `shutdown`, fails it with `errc::shutting_down`.
+  /// once, `event` released). After `shutdown`, fails it with `errc::shutting_down`. Throws
+  /// std::bad_alloc only when out of memory, with `done` then abandoned (its op fails).
   void watch(void* event, op_completion done);
   /// Waits until every watched event has completed or failed, then stops the thread; later
-  /// `watch` calls fail their op. Idempotent.
+  /// `watch` calls fail their op. Idempotent, from any threads at once.
   void shutdown() noexcept;
 
   /// True once an event has failed.
@@ -91,7 +92,7 @@ private:
   // Queries every watched event once, ending those that completed or failed; true if any did.
   bool poll_once(std::deque<watched>& watching) noexcept;
   void fail_device(const std::error_code& ec) noexcept;
-  std::exception_ptr device_error() const;
+  std::exception_ptr device_error() const noexcept;
 
   event_source& source_;
   const std::string device_name_;
@@ -103,6 +104,7 @@ private:
   std::atomic<bool> failed_{false};
   std::atomic<bool> has_incoming_{false};  // incoming_ is not empty: checked while polling
   std::atomic<std::uint64_t> polls_{0};
+  std::mutex join_mutex_;  // serialises shutdown's join
   std::thread thread_;
 };
 

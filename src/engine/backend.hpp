@@ -8,7 +8,8 @@
 // `op_completion`, at once (a CPU kernel) or later, from any thread (a GPU event, an MPI
 // request, a socket read). The completion hands the op back to its backend
 // (`backend::submit_retire`), whose thread releases the op's buffers, dispatches dependents and
-// completes waiters: a completion never runs dependents on the thread that invoked it.
+// completes waiters: a completion never runs dependents on the thread that invoked it (unless
+// the backend cannot take the hand-off for want of memory: then it retires the op there).
 //
 // Adding a device is a folder with a `backend` and a `device_allocator`, plus one registration
 // in src/backends.cpp. The engine includes no backend's header and no backend includes the

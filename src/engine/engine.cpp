@@ -200,6 +200,10 @@ void engine::run(op_node* op) noexcept {
   if (own && !op->ended.exchange(true, std::memory_order_acq_rel)) {
     op->own = std::move(own);
   }
+  // Started, it waits for something outside the engine (a socket may stay idle for hours):
+  // it no longer holds room in flight, which bounds the work queued ahead, not what waits.
+  admission_.release(op->written_bytes);
+  op->holds_room = false;
   drop_hold(op, true);
 }
 
@@ -217,8 +221,12 @@ void engine::drop_hold(op_node* op, bool here) noexcept {
     return;
   }
   if (!op->ended.load(std::memory_order_relaxed)) {
-    op->own = std::make_exception_ptr(std::system_error(make_error_code(errc::op_abandoned),
-                                                        std::string("cotensor: op ") + op->name));
+    try {
+      throw std::system_error(make_error_code(errc::op_abandoned),
+                              std::string("cotensor: op ") + op->name);
+    } catch (...) {
+      op->own = std::current_exception();  // or std::bad_alloc's, out of memory
+    }
   }
   if (here) {
     finish(op);
@@ -270,6 +278,7 @@ void engine::retire(op_node* op) noexcept {
   const auto scope_generation = node->scope_generation;
   const auto generation = node->generation;
   const std::size_t written_bytes = node->written_bytes;
+  const bool holds_room = node->holds_room;
   waiter* on_done = node->on_done;
   const std::exception_ptr own = std::move(node->own);
   const std::exception_ptr failed = node->inherited ? std::move(node->inherited) : own;
@@ -278,7 +287,9 @@ void engine::retire(op_node* op) noexcept {
     scope->leave(scope_generation, failed);
   }
   completed_.fetch_add(1, std::memory_order_relaxed);
-  admission_.release(written_bytes);
+  if (holds_room) {
+    admission_.release(written_bytes);
+  }
   if (on_done != nullptr) {
     on_done->complete(own);
   }

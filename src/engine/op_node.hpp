@@ -46,6 +46,7 @@ struct op_node {
   std::uint64_t scope_generation = 0;
   waiter* on_done = nullptr;       // synchronous mode: completed with the op's own error
   std::size_t written_bytes = 0;   // counted in flight by admission
+  bool holds_room = true;          // false once an op that completes later gave its room back
   bool runs_user_code = false;     // `map`, `async_op`: never run inline on the issuing thread
   bool accesses_released = false;  // by op_completion::release_accesses, before the end
   std::exception_ptr inherited;    // an input's error: the work was skipped
