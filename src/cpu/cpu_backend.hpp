@@ -5,6 +5,7 @@
 
 #include "engine/backend.hpp"
 
+#include <cstddef>
 #include <memory>
 
 namespace cotensor::detail::cpu {
@@ -13,7 +14,18 @@ namespace cotensor::detail::cpu {
 /// process-wide parallelism limit to fit, and switches OpenBLAS's own threading off.
 std::unique_ptr<backend> make_backend(unsigned workers);
 
-/// The allocator of host buffers.
-device_allocator& host_memory();
+/// The allocator of host buffers: 64-byte aligned blocks from the pooled host allocator; up to
+/// 64 KiB a buffer gets its memory when it is made (storage takes those blocks itself), larger
+/// ones when their first writer starts, through a small cache of recently freed blocks.
+class host_allocator final : public device_allocator {
+public:
+  constexpr host_allocator() noexcept : device_allocator(64 * 1024, true) {}
+  void* allocate(std::size_t bytes, bool delayed) override;
+  void deallocate(void* p, std::size_t bytes, bool delayed) noexcept override;
+};
+
+/// The one host allocator (constant-initialised: buffers may be made during static
+/// initialisation).
+extern host_allocator host_memory;
 
 }  // namespace cotensor::detail::cpu

@@ -106,40 +106,33 @@ recent_blocks& recent() noexcept {
 }
 #endif
 
-class host_allocator final : public device_allocator {
-public:
-  // Up to 64 KiB a buffer gets its memory when it is made, from the per-thread block cache
-  // (storage takes those blocks itself).
-  constexpr host_allocator() noexcept : device_allocator(64 * 1024, true) {}
-
-  // A delayed buffer's block: a recent one of its size when there is one (not while faults are
-  // injected, so that every allocation is counted), else a new one.
-  void* allocate(std::size_t bytes, [[maybe_unused]] bool delayed) override {
-#if !COTENSOR_SYSTEM_ALLOCATOR
-    if (delayed && !faults::enabled()) {
-      if (void* p = recent().take(bytes)) {
-        return p;
-      }
-    }
-#endif
-    return allocate_bytes(bytes, buffer_alignment);
-  }
-
-  void deallocate(void* p, std::size_t bytes, [[maybe_unused]] bool delayed) noexcept override {
-#if !COTENSOR_SYSTEM_ALLOCATOR
-    if (delayed) {
-      recent().keep(p, bytes);
-      return;
-    }
-#endif
-    free_bytes(p, bytes, buffer_alignment);
-  }
-};
-
-constinit host_allocator host_instance;
-
 }  // namespace
 
-device_allocator& host_memory() { return host_instance; }
+// A delayed buffer's block: a recent one of its size when there is one (not while faults are
+// injected, so that every allocation is counted), else a new one.
+void* host_allocator::allocate(std::size_t bytes, [[maybe_unused]] bool delayed) {
+#if !COTENSOR_SYSTEM_ALLOCATOR
+  if (delayed && !faults::enabled()) {
+    if (void* p = recent().take(bytes)) {
+      return p;
+    }
+  }
+#endif
+  return allocate_bytes(bytes, buffer_alignment);
+}
+
+void host_allocator::deallocate(void* p,
+                                std::size_t bytes,
+                                [[maybe_unused]] bool delayed) noexcept {
+#if !COTENSOR_SYSTEM_ALLOCATOR
+  if (delayed) {
+    recent().keep(p, bytes);
+    return;
+  }
+#endif
+  free_bytes(p, bytes, buffer_alignment);
+}
+
+constinit host_allocator host_memory;
 
 }  // namespace cotensor::detail::cpu

@@ -109,9 +109,16 @@ std::unique_ptr<backend> make_backend(device::kind type, unsigned worker_threads
 /// True if this build has a backend for `d`'s device type (the CPU: always).
 bool has_device_backend(device d) noexcept;
 inline bool has_backend(device d) noexcept { return d.is_cpu() || has_device_backend(d); }
-/// The allocator of `d`'s buffers. Throws std::system_error(errc::device_unavailable) if this
-/// build has none.
-device_allocator& allocator_of(device d);
+/// The CPU's allocator, always there: the common case costs one load. Registered, as every
+/// other device's, in src/backends.cpp.
+extern device_allocator* const cpu_allocator;
+/// The allocator of `d`'s buffers, for any device. Throws std::system_error
+/// (errc::device_unavailable) if this build has none.
+device_allocator& device_allocator_of(device d);
+/// The allocator of `d`'s buffers; as `device_allocator_of`.
+inline device_allocator& allocator_of(device d) {
+  return d.is_cpu() ? *cpu_allocator : device_allocator_of(d);
+}
 
 /// Set while this thread runs backend work (see backend_thread_guard). Initial-exec, like
 /// every thread_local the hot path reads: one `fs`-relative load, where the default model for
