@@ -1,8 +1,8 @@
 // Soak run: many frontends issue random programs (tests/support/differential.hpp, with waits,
-// reads and cancelled waits) at once for a fixed time, each checked against the sequential
-// reference, while coroutines race waits on large ops against short timers (random
-// cancellations). Prints ops/s and RSS every 10 s, and at the end one machine-readable line per
-// figure; exits 1 on any wrong or lost result. Run by hand (not in CI):
+// reads, cancelled waits and async ops ended later on other threads) at once for a fixed time, each
+// checked against the sequential reference, while coroutines race waits on large ops against short
+// timers (random cancellations). Prints ops/s and RSS every 10 s, and at the end one
+// machine-readable line per figure; exits 1 on any wrong or lost result. Run by hand (not in CI):
 //   build/bench/cotensor_bench_soak --seconds 600 [--threads 4] [--coroutines 16]
 
 #include <cotensor/cotensor.hpp>
@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
   for (unsigned t = 0; t < threads; ++t) {
     frontends.emplace_back([&c, t] {
       for (std::uint32_t seed = 1'000'000U * (t + 1); !c.stop.load(); ++seed) {
-        const program p = generate(seed, {.length = 40, .waits = true, .cancellations = true});
+        const program p =
+            generate(seed, {.length = 40, .waits = true, .cancellations = true, .async_ops = true});
         const std::string failure = reference(p, run_on_cotensor(p)).check();
         if (!failure.empty()) {
           std::fprintf(stderr, "WRONG RESULT\n%s\n", failure.c_str());
