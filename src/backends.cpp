@@ -4,6 +4,7 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "cpu/kernels.hpp"
+#include "cuda/devices.hpp"
 #include "engine/backend.hpp"
 #include "kernel_table.hpp"
 
@@ -40,13 +41,17 @@ const device_registration& registered(device d) {
     return *r;
   }
   throw std::system_error(make_error_code(errc::device_unavailable),
-                          "cotensor: device cuda:" + std::to_string(d.index) +
-                              " is not available (this build has no CUDA backend)");
+                          "cotensor: " + unavailable_message(d));
 }
 
 }  // namespace
 
 bool has_device_backend(device d) noexcept { return find(d.type) != nullptr; }
+
+std::string unavailable_message(device d) {
+  return "device cuda:" + std::to_string(d.index) + " is not available (" +
+         cuda::unavailable_reason(d.index) + ")";
+}
 
 std::unique_ptr<backend> make_backend(device::kind type, unsigned worker_threads) {
   return registered(device{type, 0}).make_backend(worker_threads);

@@ -28,10 +28,8 @@ void throw_invalid(const char* op, const std::string& message) {
 
 void require_device(const char* op, device d) {
   if (!has_backend(d)) {
-    const std::string what = std::string("cotensor::") + op +
-                             ": device cuda:" + std::to_string(d.index) +
-                             " is not available (this build has no CUDA backend)";
-    throw std::system_error(make_error_code(errc::device_unavailable), what);
+    throw std::system_error(make_error_code(errc::device_unavailable),
+                            std::string("cotensor::") + op + ": " + unavailable_message(d));
   }
 }
 

@@ -9,9 +9,11 @@ namespace cotensor {
 
 /// Where a tensor's storage lives and where ops on it run.
 ///
-/// `device::cpu()` is always available. `device::cuda(i)` names a GPU; this build has no CUDA
-/// backend (COTENSOR_WITH_CUDA is 0), so creating a tensor on it, or copying to it, throws
-/// `std::system_error` with `errc::device_unavailable` at the call.
+/// `device::cpu()` is always available. `device::cuda(i)` names a GPU; this build cannot run ops
+/// on one yet (COTENSOR_WITH_CUDA is 0), so creating a tensor on it, or copying to it, throws
+/// `std::system_error` with `errc::device_unavailable` at the call, saying why (in CUDA's own
+/// words, such as `cudaErrorInsufficientDriver`, when the build links CUDA's runtime:
+/// COTENSOR_HAVE_CUDA_RUNTIME).
 struct device {
   /// The kind of device.
   enum class kind : std::uint8_t { cpu, cuda };

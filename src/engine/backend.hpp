@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <exception>
 #include <memory>
+#include <string>
 
 namespace cotensor::detail {
 
@@ -106,6 +107,8 @@ public:
 /// workers (0: one per hardware thread). Throws std::system_error(errc::device_unavailable)
 /// if this build has none. Registered in src/backends.cpp.
 std::unique_ptr<backend> make_backend(device::kind type, unsigned worker_threads);
+/// "device cuda:0 is not available (<why>)", for an error about a device `has_backend` refuses.
+std::string unavailable_message(device d);
 /// True if this build has a backend for `d`'s device type (the CPU: always).
 bool has_device_backend(device d) noexcept;
 inline bool has_backend(device d) noexcept { return d.is_cpu() || has_device_backend(d); }
