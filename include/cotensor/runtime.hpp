@@ -56,7 +56,9 @@ struct runtime_options {
 struct runtime_stats {
   std::uint64_t issued = 0;     ///< ops issued
   std::uint64_t completed = 0;  ///< ops ended (run, failed or skipped)
-  std::size_t in_flight = 0;    ///< issued and not yet ended (ops run at their call: never)
+  /// Ops holding room in flight: issued and not yet ended, less the ops run at their call
+  /// and the `async_op`s whose start has returned (they wait outside the engine).
+  std::size_t in_flight = 0;
   std::size_t peak_in_flight = 0;
   std::uint64_t admission_waits = 0;  ///< times an issuing thread found the queue full
   /// Of those, times the thread ran an Asio event loop and so was admitted over the bound
