@@ -108,6 +108,7 @@ bool event_poller::poll_once(std::deque<watched>& watching) noexcept {
 }
 
 void event_poller::run() noexcept {
+  source_.bind_thread();
   std::deque<watched> watching;  // this thread's own
   int idle_rounds = 0;
   for (;;) {

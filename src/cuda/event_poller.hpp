@@ -41,6 +41,8 @@ public:
   /// Gives `event` back to its pool: called once per watched event, after `query` said it was
   /// complete or failed, or when the device failed.
   virtual void release(void* event) noexcept = 0;
+  /// Called first on the poller's thread: a CUDA source sets the thread's device there.
+  virtual void bind_thread() noexcept {}
 
 protected:
   ~event_source() = default;
