@@ -55,32 +55,28 @@ public:
     arena_.initialize(static_cast<int>(workers_), 0);  // no slot kept for a joining caller
   }
 
-  void submit(op_node* op) noexcept override {
-    // oneTBB's enqueue allocates its task; out of memory, the op runs here instead of never.
-    try {
-      arena_.enqueue([op] { run_op(op); });
-    } catch (...) {
-      execute(op);
-    }
-  }
-
+  void submit(op_node* op) noexcept override { enqueue<run_op>(op); }
   void execute(op_node* op) noexcept override {
     arena_.execute([op] { run_op(op); });
   }
-
-  void submit_retire(op_node* op) noexcept override {
-    try {
-      arena_.enqueue([op] { retire_op(op); });
-    } catch (...) {
-      arena_.execute([op] { retire_op(op); });
-    }
-  }
+  void submit_retire(op_node* op) noexcept override { enqueue<retire_op>(op); }
 
   unsigned concurrency() const noexcept override { return workers_; }
 
   void shutdown() noexcept override { arena_.terminate(); }
 
 private:
+  // Queues `step(op)` for a worker. oneTBB's enqueue allocates its task: out of memory, the
+  // step runs here instead of never.
+  template <void (*Step)(op_node*) noexcept>
+  void enqueue(op_node* op) noexcept {
+    try {
+      arena_.enqueue([op] { Step(op); });
+    } catch (...) {
+      arena_.execute([op] { Step(op); });
+    }
+  }
+
   unsigned workers_;
   arena arena_;
 };

@@ -246,33 +246,30 @@ void engine::finish(op_node* op) noexcept {
   retire(op);
 }
 
-void engine::release_accesses(op_node* op) noexcept {
-  COTENSOR_ASSERT(!op->accesses_released);
-  op->accesses_released = true;
-  for (const auto& a : op->accesses) {
+void engine::end_accesses(op_node& op, const std::exception_ptr& error) noexcept {
+  op.accesses_released = true;
+  store_error(
+      op.accesses, [](const access& a) -> var& { return a.buffer->var; }, error);
+  for (const auto& a : op.accesses) {
     if (a.mode == access_mode::read) {
       a.buffer->var.end_read();
     } else {
-      a.buffer->var.error = nullptr;
       a.buffer->var.end_write();
     }
   }
+}
+
+void engine::release_accesses(op_node* op) noexcept {
+  COTENSOR_ASSERT(!op->accesses_released);
+  end_accesses(*op, nullptr);  // an error raised later reaches the op's own waiters only
 }
 
 void engine::retire(op_node* op) noexcept {
   std::unique_ptr<op_node> node(op);
   const std::exception_ptr& error = node->inherited ? node->inherited : node->own;
   if (!node->accesses_released) {
-    store_error(
-        node->accesses, [](const access& a) -> var& { return a.buffer->var; }, error);
     // Release the buffers first: successors may start while we finish the bookkeeping.
-    for (const auto& a : node->accesses) {
-      if (a.mode == access_mode::read) {
-        a.buffer->var.end_read();
-      } else {
-        a.buffer->var.end_write();
-      }
-    }
+    end_accesses(*node, error);
   }
   auto scope = std::move(node->scope);
   const auto scope_generation = node->scope_generation;

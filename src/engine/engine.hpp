@@ -78,6 +78,8 @@ private:
   bool runs_inline(const op_node& op, std::size_t touched_bytes) const noexcept;
   // Releases an ended op's buffers and accounts its end; frees it.
   void retire(op_node* op) noexcept;
+  // Stores `error` in the buffers `op` writes and ends its accesses, granting what waits.
+  static void end_accesses(op_node& op, const std::exception_ptr& error) noexcept;
   // One of the two holds on an op that completes later (its start call, its completion) is
   // gone; the last retires it (`here`: on this backend thread).
   void drop_hold(op_node* op, bool here) noexcept;
