@@ -217,6 +217,12 @@ TEST_SUITE("async_op") {
     }
   }
 
+  TEST_CASE("a null name names the op async_op" * doctest::timeout(20)) {
+    auto y = zeros({1});
+    async_op(nullptr, {}, {y}, [](async_op_context&, async_op_done) {});  // dropped
+    CHECK(fails_with<std::system_error>(y, "async_op"));
+  }
+
   TEST_CASE("start throwing fails the op like a kernel" * doctest::timeout(20)) {
     auto y = zeros({2});
     async_op("throws", {}, {y},

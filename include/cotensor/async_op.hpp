@@ -91,7 +91,7 @@ namespace detail {
 /// An async op's start, type-erased; holds the op's name (the op points at it).
 class async_start {
 public:
-  explicit async_start(const char* name) : name_(name) {}
+  explicit async_start(const char* name) : name_(name != nullptr ? name : "async_op") {}
   async_start(const async_start&) = delete;
   async_start& operator=(const async_start&) = delete;
   virtual ~async_start() = default;
@@ -145,18 +145,23 @@ void issue_async_op(std::span<const tensor> reads,
 /// or `done(boost::system::error_code)` (non-zero) fails it like a kernel's exception, so the
 /// ops that read what it writes are skipped and every wait on them rethrows. Then, as for any
 /// op, its writes are released, dependents start and waiters resume on their own executors.
+///
 /// Errors: `start` throwing fails the op the same way (unless `done` was invoked first); `done`
 /// destroyed uninvoked fails it with `errc::op_abandoned`. An error in a tensor it reads or
 /// writes (from the op that computed it) skips `start` and passes on. Bad arguments throw at the
 /// call with nothing enqueued: an empty tensor or a tensor both read and written
 /// (std::invalid_argument), a device whose memory the host cannot touch (std::invalid_argument) or
-/// that this build cannot serve (std::system_error, `errc::device_unavailable`). Cancellation:
-/// none: an op in flight runs to its end (a wait on its result can be cancelled). Thread safety:
-/// any thread; `start` runs on a backend thread, so it must not wait on cotensor tensors; `done`
-/// may be invoked from any thread, once. Under the synchronous engine
+/// that this build cannot serve (std::system_error, `errc::device_unavailable`).
+///
+/// Cancellation: none: an op in flight runs to its end (a wait on its result can be
+/// cancelled).
+///
+/// Thread safety: any thread; `start` runs on a backend thread, so it must not wait on
+/// cotensor tensors; `done` may be invoked from any thread, once. Under the synchronous engine
 /// (`runtime_options::synchronous`) `start` runs inside the call, on the calling thread, and
 /// the call returns only after `done` is invoked, so `done` must not need the calling thread.
-/// `name` names the op in traces and errors; it is copied.
+///
+/// `name` names the op in traces and errors; it is copied (null: "async_op").
 template <class Start>
 void async_op(const char* name,
               std::initializer_list<tensor> reads,
