@@ -3,22 +3,12 @@
 #include "cotensor/detail/engine_fwd.hpp"
 #include "cotensor/tensor.hpp"
 
-#include "engine/engine.hpp"
+#include "frontend.hpp"
 
 #include <boost/container/small_vector.hpp>
 
-#include <stdexcept>
-#include <string>
-
 namespace cotensor::detail {
 namespace {
-
-storage* checked_storage(const tensor& t, const char* what) {
-  if (!t.defined()) {
-    throw std::invalid_argument(std::string("cotensor::") + what + ": empty tensor");
-  }
-  return t.storage().get();
-}
 
 // The waiter a wait starting on this thread should complete: `w` itself, or, on a thread that
 // was admitted over the in-flight bound since its last wait (an Asio event loop's thread, see
@@ -35,15 +25,12 @@ waiter& paced(waiter& w) {
 
 }  // namespace
 
-void start_wait(const tensor& t, waiter& w) {
-  storage* s = checked_storage(t, "wait");
-  s->var.wait_read(paced(w));
-}
+void start_wait(const tensor& t, waiter& w) { checked(t, "wait")->var.wait_read(paced(w)); }
 
 void start_wait(std::span<const tensor* const> ts, waiter& w) {
   boost::container::small_vector<storage*, 8> buffers;
   for (const tensor* t : ts) {
-    buffers.push_back(checked_storage(*t, "when_all"));
+    buffers.push_back(checked(*t, "when_all").get());
   }
   wait_for_buffers(buffers, paced(w));
 }

@@ -43,8 +43,7 @@ void set_current_scope(tracker* t) noexcept { current_scope_tracker = t; }
 engine::engine(const runtime_options& options)
     : options_(options), admission_(options.max_in_flight, options.max_in_flight_bytes) {
   owned_backends_[0] = make_backend(device::kind::cpu, options_.worker_threads);
-  cpu_ = owned_backends_[0].get();
-  backends_[0].store(cpu_, std::memory_order_release);
+  backends_[0].store(owned_backends_[0].get(), std::memory_order_release);
   run_now_enabled_ = options_.inline_small_ops && !options_.synchronous;
   observe_with_nvtx_if_profiled();
 }
@@ -66,14 +65,10 @@ engine::~engine() {
   }
 }
 
-unsigned engine::worker_threads() const noexcept { return cpu_->concurrency(); }
+unsigned engine::worker_threads() const noexcept { return owned_backends_[0]->concurrency(); }
 
-backend& engine::backend_for(device::kind type) {
+backend& engine::start_backend(device::kind type) {
   const auto i = static_cast<std::size_t>(type);
-  if (backend* b = backends_[i].load(std::memory_order_acquire)) [[likely]] {
-    return *b;
-  }
-  // A device's backend starts with its first op.
   std::lock_guard lock(backends_mutex_);
   if (!owned_backends_[i]) {
     owned_backends_[i] = make_backend(type, options_.worker_threads);
@@ -158,7 +153,7 @@ void engine::push(std::unique_ptr<op_node> node) {
 
 void engine::dispatch(op_node* op) {
   notify(*op, [op](op_observer& o) { o.on_ready(op->seq); });
-  backend& b = op->device.type == device::kind::cpu ? *cpu_ : backend_for(op->device.type);
+  backend& b = backend_for(op->device.type);
   if (options_.synchronous) {
     b.execute(op);
   } else {
@@ -236,8 +231,7 @@ void engine::drop_hold(op_node* op, bool here) noexcept {
   // retire, and the last wait end, before submit_retire returns: the destructor waits for
   // this call to leave the backend before destroying it.
   handoffs_.fetch_add(1, std::memory_order_acq_rel);
-  backend& b = op->device.type == device::kind::cpu ? *cpu_ : backend_for(op->device.type);
-  b.submit_retire(op);
+  backend_for(op->device.type).submit_retire(op);
   handoffs_.fetch_sub(1, std::memory_order_acq_rel);
 }
 

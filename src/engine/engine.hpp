@@ -72,7 +72,15 @@ private:
   friend struct op_node;
   static constexpr std::size_t device_kinds = 2;
 
-  backend& backend_for(device::kind type);
+  // The backend of `type`, started with its first op (may throw then).
+  backend& backend_for(device::kind type) {
+    if (backend* b = backends_[static_cast<std::size_t>(type)].load(std::memory_order_acquire))
+        [[likely]] {
+      return *b;
+    }
+    return start_backend(type);
+  }
+  backend& start_backend(device::kind type);
   void dispatch(op_node* op);
   // True for an op small enough to run on the issuing thread if it is ready at its call.
   bool runs_inline(const op_node& op, std::size_t touched_bytes) const noexcept;
@@ -87,7 +95,6 @@ private:
   runtime_options options_;
   std::shared_ptr<tracker> tracker_ = std::make_shared<tracker>(false);
   admission admission_;
-  backend* cpu_ = nullptr;  // backends_[cpu], never null
   std::array<std::atomic<backend*>, device_kinds> backends_{};
   std::array<std::unique_ptr<backend>, device_kinds> owned_backends_;
   std::mutex backends_mutex_;
