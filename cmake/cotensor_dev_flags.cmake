@@ -1,31 +1,34 @@
 # Warnings and sanitizers for every target cotensor builds, linked PRIVATE; never global flags.
 add_library(cotensor_dev_flags INTERFACE)
-target_compile_options(cotensor_dev_flags INTERFACE
+# C++ only: nvcc takes host-compiler flags through -Xcompiler (the CUDA files get theirs below).
+target_compile_options(cotensor_dev_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:
   -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Woverloaded-virtual -Wcast-qual
-  $<$<BOOL:${COTENSOR_WARNINGS_AS_ERRORS}>:-Werror>)
+  $<$<BOOL:${COTENSOR_WARNINGS_AS_ERRORS}>:-Werror>>
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra
+  $<$<BOOL:${COTENSOR_WARNINGS_AS_ERRORS}>:-Werror=all-warnings>>)
 # clang (the fuzzer build) does not know some GCC warning names that our sources silence with
 # `#pragma GCC diagnostic`.
 if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-  target_compile_options(cotensor_dev_flags INTERFACE -Wno-unknown-warning-option)
+  target_compile_options(cotensor_dev_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wno-unknown-warning-option>)
 endif()
 if(COTENSOR_SANITIZE)
-  target_compile_options(cotensor_dev_flags INTERFACE
-    -fsanitize=${COTENSOR_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  target_compile_options(cotensor_dev_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:
+    -fsanitize=${COTENSOR_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all>)
   target_link_options(cotensor_dev_flags INTERFACE -fsanitize=${COTENSOR_SANITIZE})
   # GCC 12 warns (-Wtsan) that TSan does not model atomic_thread_fence, which Asio's
   # std_fenced_block uses around every handler it runs. Those fences sit next to the mutex
   # hand-offs of Asio's queues, which TSan does model: a race the fences alone would order shows
   # up as a report, not as silence. The warning is about Asio's headers, not our code.
   if(COTENSOR_SANITIZE MATCHES "thread" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-    target_compile_options(cotensor_dev_flags INTERFACE -Wno-tsan)
+    target_compile_options(cotensor_dev_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wno-tsan>)
   endif()
   # GCC's manual: "sanitizers tend to increase the rate of false positive warnings, most notably
   # those around -Wmaybe-uninitialized". Seen here inside GCC's own AVX-512 intrinsics (their
   # `__m512i __Y = __Y;` idiom). These two stay warnings, not errors, in sanitizer builds only;
   # the default build keeps them errors.
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-    target_compile_options(cotensor_dev_flags INTERFACE
-      -Wno-error=maybe-uninitialized -Wno-error=uninitialized)
+    target_compile_options(cotensor_dev_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:
+      -Wno-error=maybe-uninitialized -Wno-error=uninitialized>)
   endif()
 endif()
 

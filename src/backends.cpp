@@ -1,10 +1,16 @@
 // The devices of this build: one registration per backend folder, in `registry` below.
 
+#include "cotensor/config.hpp"
+
+#include "cotensor/detail/engine_fwd.hpp"
 #include "cotensor/error.hpp"
 
 #include "cpu/cpu_backend.hpp"
 #include "cpu/kernels.hpp"
 #include "cuda/devices.hpp"
+#if COTENSOR_WITH_CUDA
+#include "cuda/cuda_backend.hpp"
+#endif
 #include "engine/backend.hpp"
 #include "kernel_table.hpp"
 
@@ -18,7 +24,9 @@ namespace {
 
 /// What a device type brings: its backend, the allocator of its buffers and its kernels.
 struct device_registration {
-  std::unique_ptr<backend> (*make_backend)(unsigned worker_threads) = nullptr;
+  std::unique_ptr<backend> (*make_backend)(const runtime_options& options) = nullptr;
+  /// Completes a host wait once the device passed a buffer's fence (backend::launched).
+  void (*await_fence)(device d, std::uint64_t fence, waiter& w) = nullptr;
   device_allocator* allocator = nullptr;
   const kernel_table* kernels = nullptr;
 };
@@ -27,8 +35,13 @@ constexpr std::size_t kinds = 2;
 
 // Indexed by device::kind. A device type this build has no backend for stays empty.
 constinit const std::array<device_registration, kinds> registry = {{
-    /* cpu  */ {cpu::make_backend, &cpu::host_memory, &cpu::kernel_table_of_cpu},
+    /* cpu  */ {cpu::make_backend, nullptr, &cpu::host_memory, &cpu::kernel_table_of_cpu},
+#if COTENSOR_WITH_CUDA
+    /* cuda */
+    {cuda::make_backend, cuda::await_fence, &cuda::device_memory, &cuda::kernel_table_of_cuda},
+#else
     /* cuda */ {},
+#endif
 }};
 
 const device_registration* find(device::kind type) noexcept {
@@ -37,7 +50,7 @@ const device_registration* find(device::kind type) noexcept {
 }
 
 const device_registration& registered(device d) {
-  if (const device_registration* r = find(d.type)) [[likely]] {
+  if (const device_registration* r = find(d.type); r != nullptr && has_device_backend(d)) {
     return *r;
   }
   throw std::system_error(make_error_code(errc::device_unavailable),
@@ -46,16 +59,29 @@ const device_registration& registered(device d) {
 
 }  // namespace
 
-bool has_device_backend(device d) noexcept { return find(d.type) != nullptr; }
+bool has_device_backend(device d) noexcept {
+  return find(d.type) != nullptr && (d.type != device::kind::cuda || cuda::usable(d.index));
+}
 
 std::string unavailable_message(device d) {
   return "device cuda:" + std::to_string(d.index) + " is not available (" +
          cuda::unavailable_reason(d.index) + ")";
 }
 
-std::unique_ptr<backend> make_backend(device::kind type, unsigned worker_threads) {
-  return registered(device{type, 0}).make_backend(worker_threads);
+std::unique_ptr<backend> make_backend(device::kind type, const runtime_options& options) {
+  return registered(device{type, 0}).make_backend(options);
 }
+
+void await_fence(device d, std::uint64_t fence, waiter& w) {
+  const device_registration* r = find(d.type);
+  if (fence == 0 || r == nullptr || r->await_fence == nullptr) {
+    w.complete(nullptr);
+    return;
+  }
+  r->await_fence(d, fence, w);
+}
+
+void backend::launched(op_node* /*op*/, op_completion done) noexcept { done(); }
 
 device_allocator& device_allocator_of(device d) { return *registered(d).allocator; }
 

@@ -11,7 +11,8 @@
 // Counting starts when a fault is armed: the N-th op is the N-th op pushed on any runtime
 // afterwards (1: the next one), the N-th allocation the N-th call of `allocate_bytes`, which
 // serves buffers and op nodes alike. Arming and the count are process-wide: tests that arm
-// faults must not run ops on other threads meanwhile.
+// faults must not run ops on other threads meanwhile. The N-th CUDA call is the N-th call
+// checked by COTENSOR_CUDA_CHECK.
 
 #include <atomic>
 #include <chrono>
@@ -38,11 +39,17 @@ void fail_allocation(std::uint64_t nth);
 /// Delays the completion of the `nth` op pushed from now by `delay` (1: the next): its work
 /// runs, then its backend thread sleeps before its outputs are ready.
 void delay_op(std::uint64_t nth, std::chrono::microseconds delay);
+/// Makes the `nth` CUDA call checked by the CUDA backend from now fail (1: the next), as if it
+/// had returned `cudaErrorUnknown` (the call itself is made). Counts only while enabled().
+void fail_cuda_call(std::uint64_t nth);
 /// Disarms every fault.
 void reset() noexcept;
 
 /// For the allocator, called only when enabled(): counts an allocation; throws std::bad_alloc
 /// if it is the one to fail.
 void on_allocate();
+/// For COTENSOR_CUDA_CHECK, called only when enabled(): counts a CUDA call; true if it is the
+/// one to fail.
+bool on_cuda_call() noexcept;
 
 }  // namespace cotensor::detail::faults

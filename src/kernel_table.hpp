@@ -24,6 +24,8 @@ struct kernel_table {
   void (*copy)(const float* in, float* out, std::int64_t n);
   /// out[i] = host[i], from host memory.
   void (*copy_from_host)(const float* host, float* out, std::int64_t n);
+  /// host[i] = in[i], into host memory; null for the CPU (its `copy` does it).
+  void (*copy_to_host)(const float* in, float* host, std::int64_t n);
   /// out = a ⊗ b with NumPy broadcasting; `out_shape` is the broadcast shape. `out` may alias
   /// `a` when `a_shape == out_shape`, or `b` when `b_shape == out_shape`.
   void (*binary)(binary_op op,

@@ -48,6 +48,9 @@ runtime_options runtime_options::from_environment() {
   if (const char* small = std::getenv("COTENSOR_INLINE_SMALL_OPS")) {
     options.inline_small_ops = parse_number<unsigned>("COTENSOR_INLINE_SMALL_OPS", small) != 0;
   }
+  if (const char* tf32 = std::getenv("COTENSOR_ALLOW_TF32")) {
+    options.allow_tf32 = parse_number<unsigned>("COTENSOR_ALLOW_TF32", tf32) != 0;
+  }
   if (const char* limit = std::getenv("COTENSOR_MAX_IN_FLIGHT")) {
     options.max_in_flight = parse_number<std::size_t>("COTENSOR_MAX_IN_FLIGHT", limit);
   }

@@ -25,7 +25,7 @@ void tensor::wait() const {
   detail::check_may_block("cotensor::tensor::wait");
   const auto traced = detail::trace_wait_begin("wait");
   detail::blocking_waiter w;
-  s->var.wait_read(w);
+  detail::wait_for_buffer(*s, w);
   auto error = w.wait();
   detail::trace_wait_end(traced);
   if (error) {
@@ -38,12 +38,18 @@ float tensor::item() const {
   if (numel() != 1) {
     detail::throw_invalid("item", "needs a tensor of one element, got shape " + shape_.to_string());
   }
+  if (!device().is_cpu()) {
+    return to(device::cpu()).item();  // a download, awaited through the device's poller
+  }
   wait();
   return storage_->data()[0];
 }
 
 std::vector<float> tensor::to_vector() const {
   detail::checked(*this, "to_vector");
+  if (!device().is_cpu()) {
+    return to(device::cpu()).to_vector();
+  }
   wait();
   const float* data = storage_->data();
   return {data, data + numel()};
@@ -53,10 +59,24 @@ tensor tensor::to(cotensor::device d) const {
   const auto& src = detail::checked(*this, "to");
   detail::require_device("to", d);
   auto dst = detail::allocate("to", shape_, d);
-  detail::issue("to", {src}, {dst},
-                [k = &detail::kernels_for(d), in = src.get(), out = dst.get(), n = numel()] {
-                  k->copy(in->data(), out->data(), n);
-                });
+  // A copy between the host and a GPU runs on the GPU's copy streams (see make_op).
+  const cotensor::device from = src->device();
+  if (from.is_cpu() && !d.is_cpu()) {
+    detail::issue("to", {src}, {dst},
+                  [k = &detail::kernels_for(d), in = src.get(), out = dst.get(), n = numel()] {
+                    k->copy_from_host(in->data(), out->data(), n);
+                  });
+  } else if (!from.is_cpu() && d.is_cpu()) {
+    detail::issue("to", {src}, {dst},
+                  [k = &detail::kernels_for(from), in = src.get(), out = dst.get(), n = numel()] {
+                    k->copy_to_host(in->data(), out->data(), n);
+                  });
+  } else {
+    detail::issue("to", {src}, {dst},
+                  [k = &detail::kernels_for(d), in = src.get(), out = dst.get(), n = numel()] {
+                    k->copy(in->data(), out->data(), n);
+                  });
+  }
   return {std::move(dst), shape_};
 }
 
@@ -135,6 +155,13 @@ void print_block(std::ostream& os,
 std::ostream& operator<<(std::ostream& os, const tensor& t) {
   if (!t.defined()) {
     return os << "tensor(undefined)";
+  }
+  if (!t.device().is_cpu()) {
+    const tensor host = t.to(device::cpu());
+    host.wait();
+    os << "tensor(";
+    print_block(os, host.storage()->data(), t.shape(), 0, 0, t.numel() > 1000);
+    return os << ", shape=" << t.shape() << ", device=" << t.device() << ')';
   }
   t.wait();
   os << "tensor(";

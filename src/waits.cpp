@@ -25,7 +25,7 @@ waiter& paced(waiter& w) {
 
 }  // namespace
 
-void start_wait(const tensor& t, waiter& w) { checked(t, "wait")->var.wait_read(paced(w)); }
+void start_wait(const tensor& t, waiter& w) { wait_for_buffer(*checked(t, "wait"), paced(w)); }
 
 void start_wait(std::span<const tensor* const> ts, waiter& w) {
   boost::container::small_vector<storage*, 8> buffers;

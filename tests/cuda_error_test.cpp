@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <new>
 #include <string>
 #include <system_error>
 
@@ -35,6 +36,54 @@ TEST_SUITE("cuda_error") {
     auto fine = [] { return cudaSuccess; };
     CHECK_NOTHROW(COTENSOR_CUDA_CHECK(fine()));
     CHECK_NOTHROW(COTENSOR_CUDA_LOG(failing()));  // logs, goes on
+  }
+
+  TEST_CASE("out of device memory is std::bad_alloc, like the host's") {
+    auto out_of_memory = [] { return cudaErrorMemoryAllocation; };
+    CHECK_THROWS_AS(COTENSOR_CUDA_CHECK(out_of_memory()), std::bad_alloc);
+  }
+
+  TEST_CASE("errors name the op being launched on the thread") {
+    auto failing = [] { return cudaErrorLaunchFailure; };
+    cuda::launching_op = "matmul";
+    try {
+      COTENSOR_CUDA_CHECK(failing());
+      FAIL("no exception");
+    } catch (const std::system_error& e) {
+      CHECK(std::string(e.what()).find("op matmul") != std::string::npos);
+    }
+    cuda::launching_op = nullptr;
+  }
+
+  TEST_CASE("cuBLAS statuses are error codes in the cublas category") {
+    auto failing = [] { return CUBLAS_STATUS_EXECUTION_FAILED; };
+    try {
+      COTENSOR_CUBLAS_CHECK(failing());
+      FAIL("no exception");
+    } catch (const std::system_error& e) {
+      CHECK(std::string(e.code().category().name()) == "cublas");
+      CHECK(e.code().message() == "CUBLAS_STATUS_EXECUTION_FAILED");
+    }
+    auto no_memory = [] { return CUBLAS_STATUS_ALLOC_FAILED; };
+    CHECK_THROWS_AS(COTENSOR_CUBLAS_CHECK(no_memory()), std::bad_alloc);
+  }
+
+  TEST_CASE("fault injection fails the N-th checked CUDA call") {
+    struct disarm {
+      ~disarm() { cotensor::detail::faults::reset(); }
+    } at_exit;
+    auto fine = [] { return cudaSuccess; };
+    cotensor::detail::faults::fail_cuda_call(3);
+    CHECK_NOTHROW(COTENSOR_CUDA_CHECK(fine()));
+    CHECK_NOTHROW(COTENSOR_CUDA_CHECK(fine()));
+    try {
+      COTENSOR_CUDA_CHECK(fine());
+      FAIL("the third call did not fail");
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == cuda::make_error_code(cudaErrorUnknown));
+    }
+    CHECK_NOTHROW(COTENSOR_CUDA_CHECK(fine()));  // spent
+    CHECK_FALSE(cotensor::detail::faults::enabled());
   }
 
   TEST_CASE("the event pool makes its events through CUDA, and reports CUDA's error") {

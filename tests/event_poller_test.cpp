@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include <stdexcept>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 // The GPU completion path without a GPU: ops whose work "launches" and records an event, ended
@@ -72,12 +74,33 @@ public:
   }
   std::uint64_t queries() const { return queries_.load(); }
 
+  void passed(std::uint64_t position, bool ok) noexcept override {
+    std::lock_guard lock(mutex_);
+    passed_.emplace_back(position, ok);
+  }
+  std::vector<std::pair<std::uint64_t, bool>> passed_positions() const {
+    std::lock_guard lock(mutex_);
+    return passed_;
+  }
+
 private:
   mutable std::mutex mutex_;
   std::deque<event> events_;  // stable addresses
   std::set<void*> released_;
   bool misuse_ = false;
   std::atomic<std::uint64_t> queries_{0};
+  std::vector<std::pair<std::uint64_t, bool>> passed_;
+};
+
+/// What an `after_event` step saw: how often it ran and with which `ok`.
+struct step_log {
+  std::atomic<int> runs{0};
+  std::atomic<int> ok{0};
+  static void record(void* arg, bool ok) noexcept {
+    auto* log = static_cast<step_log*>(arg);
+    log->ok += ok ? 1 : 0;
+    ++log->runs;
+  }
 };
 
 /// Issues an op writing `out` whose work "launches" (fills `out` with `value`) and hands its
@@ -86,16 +109,18 @@ void launch(cuda::event_poller& poller,
             fake_events::event* event,
             const tensor& out,
             float value,
-            std::atomic<int>* launched = nullptr) {
+            std::atomic<int>* launched = nullptr,
+            std::uint64_t position = 0,
+            cuda::after_event after = {}) {
   auto op = detail::make_op("gpu_op", {}, {out.storage()});
-  op->kernel.emplace_async(
-      [&poller, event, s = out.storage().get(), value, launched](detail::op_completion done) {
-        std::fill(s->data(), s->data() + s->numel(), value);
-        poller.watch(event, std::move(done));
-        if (launched != nullptr) {
-          ++*launched;
-        }
-      });
+  op->kernel.emplace_async([&poller, event, s = out.storage().get(), value, launched, position,
+                            after](detail::op_completion done) {
+    std::fill(s->data(), s->data() + s->numel(), value);
+    poller.watch(event, std::move(done), position, after);
+    if (launched != nullptr) {
+      ++*launched;
+    }
+  });
   detail::current_engine().push(std::move(op));
 }
 
@@ -231,5 +256,45 @@ TEST_SUITE("event_poller") {
     const auto polls = poller.polls();
     std::this_thread::sleep_for(50ms);
     CHECK(poller.polls() == polls);  // asleep: not one poll more
+  }
+
+  TEST_CASE("positions are reported as their ops end, and host steps run once before the op ends"
+            " (with ok false when the device failed)" *
+            doctest::timeout(20)) {
+    fake_events source;
+    cuda::event_poller poller(source, "cuda:0");
+    step_log first_step;
+    step_log second_step;
+    auto a = zeros({1});
+    auto b = zeros({1});
+    auto* ea = source.make();
+    auto* eb = source.make();
+    launch(poller, ea, a, 1.0F, nullptr, 1, {&step_log::record, &first_step});
+    launch(poller, eb, b, 2.0F, nullptr, 2, {&step_log::record, &second_step});
+    std::this_thread::sleep_for(10ms);
+    CHECK(first_step.runs == 0);
+    CHECK(source.passed_positions().empty());
+    ea->state = cuda::event_state::complete;
+    a.wait();
+    CHECK(first_step.runs == 1);  // ran before a's waiters completed
+    CHECK(first_step.ok == 1);
+    CHECK(source.passed_positions() == std::vector<std::pair<std::uint64_t, bool>>{{1, true}});
+    eb->state = cuda::event_state::failed;
+    CHECK_THROWS_AS(b.wait(), std::system_error);
+    CHECK(second_step.runs == 1);
+    CHECK(second_step.ok == 0);
+    CHECK(source.passed_positions() ==
+          std::vector<std::pair<std::uint64_t, bool>>{{1, true}, {2, false}});
+    // Watched after the failure: refused at once, its step run with ok false, its position too.
+    step_log late_step;
+    auto c = zeros({1});
+    launch(poller, source.make(), c, 3.0F, nullptr, 3, {&step_log::record, &late_step});
+    CHECK_THROWS_AS(c.wait(), std::system_error);
+    CHECK(late_step.runs == 1);
+    CHECK(late_step.ok == 0);
+    CHECK(source.passed_positions().back() == std::pair<std::uint64_t, bool>{3, false});
+    wait_all();
+    poller.shutdown();
+    CHECK_FALSE(source.misused());
   }
 }

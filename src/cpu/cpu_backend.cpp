@@ -83,8 +83,8 @@ private:
 
 }  // namespace
 
-std::unique_ptr<backend> make_backend(unsigned workers) {
-  return std::make_unique<cpu_backend>(workers);
+std::unique_ptr<backend> make_backend(const runtime_options& options) {
+  return std::make_unique<cpu_backend>(options.worker_threads);
 }
 
 }  // namespace cotensor::detail::cpu

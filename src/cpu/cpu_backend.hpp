@@ -12,7 +12,7 @@ namespace cotensor::detail::cpu {
 
 /// A CPU backend with `workers` threads (0: one per hardware thread). Raises oneTBB's
 /// process-wide parallelism limit to fit, and switches OpenBLAS's own threading off.
-std::unique_ptr<backend> make_backend(unsigned workers);
+std::unique_ptr<backend> make_backend(const runtime_options& options);
 
 /// The allocator of host buffers: 64-byte aligned blocks from the pooled host allocator; up to
 /// 64 KiB a buffer gets its memory when it is made (storage takes those blocks itself), larger
@@ -20,8 +20,8 @@ std::unique_ptr<backend> make_backend(unsigned workers);
 class host_allocator final : public device_allocator {
 public:
   constexpr host_allocator() noexcept : device_allocator(64 * 1024, true) {}
-  void* allocate(std::size_t bytes, bool delayed) override;
-  void deallocate(void* p, std::size_t bytes, bool delayed) noexcept override;
+  void* allocate(device d, std::size_t bytes, bool delayed) override;
+  void deallocate(device d, void* p, std::size_t bytes, bool delayed) noexcept override;
 };
 
 /// The one host allocator (constant-initialised: buffers may be made during static

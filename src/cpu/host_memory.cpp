@@ -110,7 +110,7 @@ recent_blocks& recent() noexcept {
 
 // A delayed buffer's block: a recent one of its size when there is one (not while faults are
 // injected, so that every allocation is counted), else a new one.
-void* host_allocator::allocate(std::size_t bytes, [[maybe_unused]] bool delayed) {
+void* host_allocator::allocate(device /*d*/, std::size_t bytes, [[maybe_unused]] bool delayed) {
 #if !COTENSOR_SYSTEM_ALLOCATOR
   if (delayed && !faults::enabled()) {
     if (void* p = recent().take(bytes)) {
@@ -121,7 +121,8 @@ void* host_allocator::allocate(std::size_t bytes, [[maybe_unused]] bool delayed)
   return allocate_bytes(bytes, buffer_alignment);
 }
 
-void host_allocator::deallocate(void* p,
+void host_allocator::deallocate(device /*d*/,
+                                void* p,
                                 std::size_t bytes,
                                 [[maybe_unused]] bool delayed) noexcept {
 #if !COTENSOR_SYSTEM_ALLOCATOR

@@ -288,7 +288,8 @@ void sum_all(const float* in, std::int64_t n, double divisor, float* out) {
 constinit const kernel_table kernel_table_of_cpu{
     .fill = fill,
     .copy = copy,
-    .copy_from_host = copy,  // host memory is the CPU's
+    .copy_from_host = copy,   // host memory is the CPU's
+    .copy_to_host = nullptr,  // its `copy` does it
     .binary = binary,
     .binary_same_shape = binary_same_shape,
     .binary_scalar = binary_scalar,

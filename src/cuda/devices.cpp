@@ -3,24 +3,32 @@
 #include "cotensor/config.hpp"
 
 #if COTENSOR_HAVE_CUDA_RUNTIME
+#include <atomic>
 #include <cuda_runtime_api.h>
+#include <new>
+#include <pthread.h>
 #endif
 
 namespace cotensor::detail::cuda {
 namespace {
 
 #if COTENSOR_HAVE_CUDA_RUNTIME
-struct device_count {
+struct device_count_answer {
   int count = 0;
   std::string error;  // empty when CUDA answered
 };
 
+// Set in a child forked after CUDA was initialised: CUDA cannot be used there (its driver
+// state belongs to the parent), so every CUDA device is refused with this reason.
+std::atomic<bool> forked_after_init{false};
+
 // Asked once: CUDA initialises lazily, here, the first time a CUDA device is named. Without a
 // driver cudaGetDeviceCount returns an error and leaves the count unwritten, so it starts at 0;
 // the error it sets as the last error is cleared.
-const device_count& devices() {
-  static const device_count answer = [] {
-    device_count d;
+const device_count_answer& devices() {
+  static const device_count_answer answer = [] {
+    pthread_atfork(nullptr, nullptr, [] { forked_after_init.store(true); });
+    device_count_answer d;
     const cudaError_t rc = cudaGetDeviceCount(&d.count);
     if (rc != cudaSuccess) {
       d.count = 0;
@@ -36,9 +44,35 @@ const device_count& devices() {
 
 }  // namespace
 
+int device_count() noexcept {
+#if COTENSOR_HAVE_CUDA_RUNTIME
+  try {
+    const int count = devices().count;
+    return forked_after_init.load() ? 0 : count;
+  } catch (const std::bad_alloc&) {
+    return 0;
+  }
+#else
+  return 0;
+#endif
+}
+
+bool usable(int index) noexcept {
+#if COTENSOR_WITH_CUDA
+  return index >= 0 && index < device_count();
+#else
+  (void)index;
+  return false;
+#endif
+}
+
 std::string unavailable_reason([[maybe_unused]] int index) {
 #if COTENSOR_HAVE_CUDA_RUNTIME
-  const device_count& d = devices();
+  const device_count_answer& d = devices();
+  if (forked_after_init.load()) {
+    return "CUDA cannot be used in a child process forked after it was initialised (use "
+           "posix_spawn or exec, or fork before the first CUDA device is named)";
+  }
   if (!d.error.empty()) {
     return d.error;
   }
@@ -46,7 +80,11 @@ std::string unavailable_reason([[maybe_unused]] int index) {
     return "this machine has " + std::to_string(d.count) + " CUDA device" +
            (d.count == 1 ? "" : "s");
   }
-  return "this build cannot run ops on a GPU yet (its CUDA backend is not complete)";
+#if COTENSOR_WITH_CUDA
+  return {};
+#else
+  return "this build has no CUDA backend (configured with COTENSOR_WITH_CUDA=OFF)";
+#endif
 #else
   return "this build has no CUDA backend";
 #endif

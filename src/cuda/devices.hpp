@@ -6,10 +6,15 @@
 
 namespace cotensor::detail::cuda {
 
+/// The GPUs CUDA's runtime reports: 0 without a driver, or in a build without CUDA. Asks CUDA
+/// once per process, on first use: CUDA initialises then.
+int device_count() noexcept;
+/// True if this build can run ops on `cuda:<index>` on this machine.
+bool usable(int index) noexcept;
 /// Why `cuda:<index>` cannot be used by this build, in words: CUDA's own reason when there is
 /// no usable device ("cudaGetDeviceCount: cudaErrorInsufficientDriver (CUDA driver version is
 /// insufficient for CUDA runtime version)"), the device count when the index is past it, or
-/// that this build cannot run ops on a GPU. Asks CUDA once per process, on first use.
+/// that this build has no CUDA backend. Empty for a usable device.
 std::string unavailable_reason(int index);
 
 }  // namespace cotensor::detail::cuda

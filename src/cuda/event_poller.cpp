@@ -42,17 +42,31 @@ std::exception_ptr event_poller::device_error() const noexcept {
   }
 }
 
-void event_poller::watch(void* event, op_completion done) {
+void event_poller::watch(void* event,
+                         op_completion done,
+                         std::uint64_t position,
+                         after_event after) {
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     if (!stopping_ && !failed()) {
-      incoming_.push_back({event, std::move(done)});
+      try {
+        incoming_.push_back({event, std::move(done), position, after});
+      } catch (...) {
+        lock.unlock();
+        source_.release(event);
+        after(false);
+        throw;
+      }
       has_incoming_.store(true, std::memory_order_release);
       wake_.notify_one();
       return;
     }
   }
   source_.release(event);
+  after(false);
+  if (position != 0) {
+    source_.passed(position, false);
+  }
   if (failed()) {
     done(device_error());
     return;
@@ -100,7 +114,12 @@ bool event_poller::poll_once(std::deque<watched>& watching) noexcept {
       fail_device(ec);
     }
     source_.release(it->event);
-    it->done(state == event_state::complete ? nullptr : device_error());
+    const bool ok = state == event_state::complete;
+    it->after(ok);
+    it->done(ok ? nullptr : device_error());
+    if (it->position != 0) {
+      source_.passed(it->position, ok);
+    }
     it = watching.erase(it);
     ended = true;
   }

@@ -43,9 +43,25 @@ public:
   virtual void release(void* event) noexcept = 0;
   /// Called first on the poller's thread: a CUDA source sets the thread's device there.
   virtual void bind_thread() noexcept {}
+  /// Called on the poller's thread after it ended an op watched with a `position` (its place
+  /// on an in-order stream): `ok` if its event completed, false if the device failed.
+  virtual void passed(std::uint64_t /*position*/, bool /*ok*/) noexcept {}
 
 protected:
   ~event_source() = default;
+};
+
+/// Host work the poller does when an event completes, before it ends the op: copy a staged
+/// download into its host buffer, give a staging block back. `ok` is false when the device
+/// failed (the step then only frees what it holds). Called exactly once per watched event.
+struct after_event {
+  void (*fn)(void* arg, bool ok) noexcept = nullptr;
+  void* arg = nullptr;
+  void operator()(bool ok) const noexcept {
+    if (fn != nullptr) {
+      fn(arg, ok);
+    }
+  }
 };
 
 /// One thread per device that ends ops when their events complete.
@@ -68,10 +84,15 @@ public:
   /// Drains (as `shutdown`), then joins the thread.
   ~event_poller();
 
-  /// Ends `done` when `event` completes, or fails it when the device has failed (then at
-  /// once, `event` released). After `shutdown`, fails it with `errc::shutting_down`. Throws
-  /// std::bad_alloc only when out of memory, with `done` then abandoned (its op fails).
-  void watch(void* event, op_completion done);
+  /// Ends `done` when `event` completes, after running `after`, or fails it when the device
+  /// has failed (then at once, `event` released). After `shutdown`, fails it with
+  /// `errc::shutting_down`. A nonzero `position` is reported to the source's `passed` once the
+  /// op ended. Throws std::bad_alloc only when out of memory, with `done` then abandoned (its
+  /// op fails) and `after` run with `ok` false.
+  void watch(void* event, op_completion done, std::uint64_t position = 0, after_event after = {});
+  /// The device's error as an exception ("cotensor: device cuda:0 failed: ..."); call once
+  /// `failed()`.
+  std::exception_ptr device_error() const noexcept;
   /// Waits until every watched event has completed or failed, then stops the thread; later
   /// `watch` calls fail their op. Idempotent, from any threads at once.
   void shutdown() noexcept;
@@ -88,13 +109,14 @@ private:
   struct watched {
     void* event;
     op_completion done;
+    std::uint64_t position;
+    after_event after;
   };
 
   void run() noexcept;
   // Queries every watched event once, ending those that completed or failed; true if any did.
   bool poll_once(std::deque<watched>& watching) noexcept;
   void fail_device(const std::error_code& ec) noexcept;
-  std::exception_ptr device_error() const noexcept;
 
   event_source& source_;
   const std::string device_name_;

@@ -15,20 +15,27 @@
 // in src/backends.cpp. The engine includes no backend's header and no backend includes the
 // engine's private headers other than this one (and the op node it carries).
 //
-// A device with its own ordering (the CUDA backend, next) follows this contract, whose hooks
-// exist now and are used by no CPU op:
+// A device that orders its own work (the CUDA backend: src/cuda/) follows this contract:
+// - Its ops' work only enqueues work on the device. After an op's kernel returns, the engine
+//   hands its completion to the backend (`backend::launched`), which invokes it when the
+//   device has finished (an event seen complete by its poller).
 // - It may end an op's buffer accesses at launch (`op_completion::release_accesses`), relying
 //   on its stream's order for consumers on the same stream; the op stays in flight (for
 //   `wait_all`, scopes and admission) until its completion is invoked. An error raised after
-//   that reaches the op's own waiters and `wait_all`, not the buffers' later readers.
-// - For consumers elsewhere (another stream, the host), it keeps a fence per buffer in
-//   `storage::fence` (an event recorded after the last write on its stream), which a consumer
-//   on another stream waits on in the device's own way, and which the host sees through the
-//   backend's poller: no thread ever blocks on a device event.
+//   that reaches the op's own waiters and `wait_all`, and fails the device (CUDA's errors
+//   after launch are sticky context errors): its later ops fail too.
+// - It then stamps each buffer the op writes with a fence (`storage::fence`, the op's
+//   position on its stream). A host wait on the buffer (`wait_for_buffers`) that finds the
+//   fence not yet passed waits for it through `await_fence`, completed by the poller: no thread
+//   ever blocks on a device event. A consumer on another stream or device waits on the device
+//   in its own way (an event recorded on the producer's stream, waited by the consumer's).
 
+#include "cotensor/detail/op_completion.hpp"
 #include "cotensor/device.hpp"
+#include "cotensor/runtime.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
@@ -36,6 +43,7 @@
 namespace cotensor::detail {
 
 struct op_node;
+class waiter;
 
 /// Runs a ready op on the calling backend thread: inherits an input's error or runs the op's
 /// work, which ends it through its completion. Implemented by the engine; called by backends.
@@ -59,11 +67,12 @@ public:
 
   std::size_t delayed_bytes() const noexcept { return delayed_bytes_; }
   bool small_in_host_blocks() const noexcept { return small_in_host_blocks_; }
-  /// A block of `bytes` for a buffer (`delayed`: allocated as its first writer starts).
-  /// Throws std::bad_alloc.
-  virtual void* allocate(std::size_t bytes, bool delayed) = 0;
-  /// Gives back a block from `allocate` with the same `bytes` and `delayed`.
-  virtual void deallocate(void* p, std::size_t bytes, bool delayed) noexcept = 0;
+  /// A block of `bytes` for a buffer on `d` (`delayed`: allocated as its first writer starts,
+  /// on that op's backend thread). Throws std::bad_alloc.
+  virtual void* allocate(device d, std::size_t bytes, bool delayed) = 0;
+  /// Gives back a block from `allocate` with the same `d`, `bytes` and `delayed`, from any
+  /// thread, once no op uses it any more (the ops that touched its buffer have ended).
+  virtual void deallocate(device d, void* p, std::size_t bytes, bool delayed) noexcept = 0;
 
   /// The alignment of host blocks.
   static constexpr std::size_t host_alignment = 64;
@@ -101,12 +110,20 @@ public:
   /// Runs the work still queued, then stops the threads. Called once, by the engine's
   /// destructor, after every op has retired.
   virtual void shutdown() noexcept = 0;
+  /// For a backend whose kernels enqueue work on a device: called on the thread that ran the
+  /// kernel of `op` (every access still held), right after it returned; invokes `done` when the
+  /// device has finished that work (the default: at once). See the contract above.
+  virtual void launched(op_node* op, op_completion done) noexcept;
 };
 
-/// The backend that runs ops on `type` devices for an engine with `worker_threads` CPU
-/// workers (0: one per hardware thread). Throws std::system_error(errc::device_unavailable)
-/// if this build has none. Registered in src/backends.cpp.
-std::unique_ptr<backend> make_backend(device::kind type, unsigned worker_threads);
+/// Completes `w` once the device of a buffer has passed its `fence` (see the contract above),
+/// at once if it has, with the device's error if it failed. For a CPU buffer, at once.
+void await_fence(device d, std::uint64_t fence, waiter& w);
+
+/// The backend that runs ops on `type` devices for an engine with `options` (worker_threads:
+/// its CPU workers, 0: one per hardware thread). Throws std::system_error
+/// (errc::device_unavailable) if this build has none. Registered in src/backends.cpp.
+std::unique_ptr<backend> make_backend(device::kind type, const runtime_options& options);
 /// "device cuda:0 is not available (<why>)", for an error about a device `has_backend` refuses.
 std::string unavailable_message(device d);
 /// True if this build has a backend for `d`'s device type (the CPU: always).

@@ -42,7 +42,7 @@ void set_current_scope(tracker* t) noexcept { current_scope_tracker = t; }
 
 engine::engine(const runtime_options& options)
     : options_(options), admission_(options.max_in_flight, options.max_in_flight_bytes) {
-  owned_backends_[0] = make_backend(device::kind::cpu, options_.worker_threads);
+  owned_backends_[0] = make_backend(device::kind::cpu, options_);
   backends_[0].store(owned_backends_[0].get(), std::memory_order_release);
   run_now_enabled_ = options_.inline_small_ops && !options_.synchronous;
   observe_with_nvtx_if_profiled();
@@ -71,7 +71,7 @@ backend& engine::start_backend(device::kind type) {
   const auto i = static_cast<std::size_t>(type);
   std::lock_guard lock(backends_mutex_);
   if (!owned_backends_[i]) {
-    owned_backends_[i] = make_backend(type, options_.worker_threads);
+    owned_backends_[i] = make_backend(type, options_);
     backends_[i].store(owned_backends_[i].get(), std::memory_order_release);
   }
   return *owned_backends_[i];
@@ -179,6 +179,9 @@ void engine::run(op_node* op) noexcept {
       op->holds.store(2, std::memory_order_relaxed);
       started_later = true;
       op->kernel.start(op_completion(op));
+    } else if (!op->device.is_cpu()) [[unlikely]] {
+      run_on_device(op);
+      return;
     } else {
       op->kernel();
     }
@@ -199,6 +202,25 @@ void engine::run(op_node* op) noexcept {
   // it no longer holds room in flight, which bounds the work queued ahead, not what waits.
   admission_.release(op->written_bytes);
   op->holds_room = false;
+  drop_hold(op, true);
+}
+
+void engine::run_on_device(op_node* op) noexcept {
+  // The kernel enqueues the op's work on the device; the backend ends the op when the device
+  // has done it. The op keeps its room in flight until then: admission bounds device work too.
+  op->holds.store(2, std::memory_order_relaxed);
+  op_completion done(op);
+  bool launched = false;
+  try {
+    op->kernel();
+    launched = true;
+  } catch (...) {
+    done(std::current_exception());
+  }
+  notify(*op, [op](op_observer& o) { o.on_stop(*op); });
+  if (launched) {
+    backend_for(op->device.type).launched(op, std::move(done));
+  }
   drop_hold(op, true);
 }
 

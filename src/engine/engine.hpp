@@ -82,6 +82,8 @@ private:
   }
   backend& start_backend(device::kind type);
   void dispatch(op_node* op);
+  // Runs the kernel of an op on a device that orders its own work (see backend.hpp).
+  void run_on_device(op_node* op) noexcept;
   // True for an op small enough to run on the issuing thread if it is ready at its call.
   bool runs_inline(const op_node& op, std::size_t touched_bytes) const noexcept;
   // Releases an ended op's buffers and accounts its end; frees it.

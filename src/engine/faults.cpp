@@ -29,8 +29,10 @@ struct state {
   std::mutex mutex;
   std::uint64_t pushes = 0;
   std::uint64_t allocations = 0;
+  std::uint64_t cuda_calls = 0;
   std::vector<target> ops;
   std::vector<target> allocs;
+  std::vector<target> cuda;
   std::chrono::microseconds delay{0};
   std::vector<std::uint64_t> failing;  // observer numbers of pushed ops to fail
   std::vector<std::uint64_t> delayed;  // ... and to delay
@@ -85,7 +87,7 @@ std::shared_ptr<fault_observer> observer() {
 }
 
 void state::update_armed() {
-  const bool now = !ops.empty() || !allocs.empty();
+  const bool now = !ops.empty() || !allocs.empty() || !cuda.empty();
   if (now == armed.load(std::memory_order_relaxed)) {
     return;
   }
@@ -145,6 +147,13 @@ void fail_allocation(std::uint64_t nth) {
   s.update_armed();
 }
 
+void fail_cuda_call(std::uint64_t nth) {
+  auto& s = global();
+  std::lock_guard lock(s.mutex);
+  s.cuda.push_back({s.cuda_calls + nth, op_fault::fail});
+  s.update_armed();
+}
+
 void delay_op(std::uint64_t nth, std::chrono::microseconds delay) {
   auto& s = global();
   std::lock_guard lock(s.mutex);
@@ -158,6 +167,7 @@ void reset() noexcept {
   std::lock_guard lock(s.mutex);
   s.ops.clear();
   s.allocs.clear();
+  s.cuda.clear();
   s.update_armed();
 }
 
@@ -170,6 +180,14 @@ void on_allocate() {
     lock.unlock();
     throw std::bad_alloc();
   }
+}
+
+bool on_cuda_call() noexcept {
+  auto& s = global();
+  std::lock_guard lock(s.mutex);
+  const op_fault what = take(s.cuda, ++s.cuda_calls);
+  s.update_armed();
+  return what == op_fault::fail;
 }
 
 }  // namespace cotensor::detail::faults

@@ -29,8 +29,10 @@ void add_access(op_node& op, const std::shared_ptr<storage>& buffer, access_mode
   auto it = std::ranges::find_if(op.accesses,
                                  [&](const access& a) { return a.buffer.get() == buffer.get(); });
   if (it == op.accesses.end()) {
-    if (op.accesses.empty()) {
-      op.device = buffer->device();  // a copy's device is its destination's: writes come first
+    // Its first buffer's device (writes come first: a copy's destination's), unless that is
+    // the host and another is a GPU: a copy between the two runs on the GPU's streams.
+    if (op.accesses.empty() || (op.device.is_cpu() && !buffer->device().is_cpu())) {
+      op.device = buffer->device();
     }
     op.accesses.push_back({buffer, mode, {}});
   } else if (it->mode != mode) {

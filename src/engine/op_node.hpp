@@ -38,7 +38,7 @@ struct op_node {
   kernel_fn kernel;
   boost::container::small_vector<access, 3> accesses;  // one per buffer, deduplicated
   engine* owner = nullptr;
-  cotensor::device device;  // where it runs: its first written buffer's (a copy's destination)
+  cotensor::device device;  // where it runs: see add_access
   // Accesses not yet granted, plus one held by `push` until every access is requested.
   std::atomic<std::int32_t> unmet{0};
   std::uint64_t generation = 0;    // in the runtime's tracker
@@ -72,7 +72,8 @@ struct op_node {
 using buffer_list = std::initializer_list<std::reference_wrapper<const std::shared_ptr<storage>>>;
 
 /// A new op node for `issue`, with its accesses: a buffer both read and written is one
-/// `read_write` access. Its device is its first written buffer's, else its first read's.
+/// `read_write` access. Its device is its first written buffer's, else its first read's;
+/// but a copy between the host and a GPU runs on the GPU (its first buffer not on the host).
 std::unique_ptr<op_node> make_op(const char* name, buffer_list reads, buffer_list writes);
 
 /// Adds an access of `mode` to `buffer` to `op`, merged with an access it has to the same

@@ -15,7 +15,7 @@ storage::storage(const cotensor::shape& s, cotensor::device d)
   if (bytes_ <= allocator_->delayed_bytes()) {
     void* p = allocator_->small_in_host_blocks()
                   ? allocate_bytes(bytes_, device_allocator::host_alignment)
-                  : allocator_->allocate(bytes_, false);
+                  : allocator_->allocate(device_, bytes_, false);
     data_.store(static_cast<float*>(p), std::memory_order_relaxed);
     add_count(live_count::buffer_bytes, static_cast<std::int64_t>(bytes_));
   }
@@ -25,13 +25,13 @@ storage::storage(const cotensor::shape& s, cotensor::device d)
 // Two threads may both find no memory (two readers of a buffer whose writer failed before its
 // kernel ran): one block wins, the other goes back.
 float* storage::first_data() {
-  auto* p = static_cast<float*>(allocator_->allocate(bytes_, true));
+  auto* p = static_cast<float*>(allocator_->allocate(device_, bytes_, true));
   float* expected = nullptr;
   if (data_.compare_exchange_strong(expected, p, std::memory_order_acq_rel)) {
     add_count(live_count::buffer_bytes, static_cast<std::int64_t>(bytes_));
     return p;
   }
-  allocator_->deallocate(p, bytes_, true);
+  allocator_->deallocate(device_, p, bytes_, true);
   return expected;
 }
 
@@ -41,7 +41,7 @@ storage::~storage() {
     if (!delayed && allocator_->small_in_host_blocks()) {
       free_bytes(p, bytes_, device_allocator::host_alignment);
     } else {
-      allocator_->deallocate(p, bytes_, delayed);
+      allocator_->deallocate(device_, p, bytes_, delayed);
     }
     add_count(live_count::buffer_bytes, -static_cast<std::int64_t>(bytes_));
   }

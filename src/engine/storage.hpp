@@ -47,9 +47,10 @@ public:
   cotensor::device device() const noexcept { return device_; }
 
   detail::var var;
-  /// For a device that orders its own work: what a consumer elsewhere must wait for before
-  /// reading (an event after the last write), owned by that device's backend. Null on the CPU.
-  std::shared_ptr<void> fence;
+  /// For a device that orders its own work: the position on its stream of the last write
+  /// whose accesses ended at launch, which a host reader waits for (`await_fence`); 0: none.
+  /// Written by that op's backend thread before it ends its accesses.
+  std::atomic<std::uint64_t> fence{0};
 
 private:
   float* first_data();

@@ -8,6 +8,7 @@
 
 #include <boost/container/small_vector.hpp>
 
+#include <cstdint>
 #include <system_error>
 
 namespace cotensor::detail {
@@ -64,13 +65,55 @@ void join_waiter::finish_one() noexcept {
   target.complete(std::move(first));
 }
 
+namespace {
+
+// A wait on a device buffer: once its writes have ended their accesses, waits for the device
+// to pass the fence of the last one.
+class fence_waiter final : public waiter {
+public:
+  fence_waiter(storage& buffer, waiter& target) noexcept : buffer_(buffer), target_(target) {}
+
+  // Called by the buffer's queue, which the last write still holds: the buffer is alive.
+  void complete(std::exception_ptr error) noexcept override {
+    waiter& target = target_;
+    const device d = buffer_.device();
+    const std::uint64_t fence = buffer_.fence.load(std::memory_order_acquire);
+    delete this;
+    if (error) {
+      target.complete(std::move(error));
+      return;
+    }
+    await_fence(d, fence, target);
+  }
+
+private:
+  storage& buffer_;
+  waiter& target_;
+};
+
+}  // namespace
+
+void wait_for_buffer(storage& buffer, waiter& w) {
+  if (buffer.device().is_cpu()) [[likely]] {
+    buffer.var.wait_read(w);
+    return;
+  }
+  auto* fenced = new fence_waiter(buffer, w);
+  try {
+    buffer.var.wait_read(*fenced);
+  } catch (...) {
+    delete fenced;
+    throw;
+  }
+}
+
 void wait_for_buffers(std::span<storage* const> buffers, waiter& w) {
   if (buffers.empty()) {
     w.complete(nullptr);
     return;
   }
   if (buffers.size() == 1) {
-    buffers[0]->var.wait_read(w);
+    wait_for_buffer(*buffers[0], w);
     return;
   }
   auto& join = join_waiter::make(buffers.size(), w);
@@ -80,7 +123,7 @@ void wait_for_buffers(std::span<storage* const> buffers, waiter& w) {
     parts.push_back(&join.part(i));
   }
   for (std::size_t i = 0; i < buffers.size(); ++i) {
-    buffers[i]->var.wait_read(*parts[i]);
+    wait_for_buffer(*buffers[i], *parts[i]);
   }
 }
 

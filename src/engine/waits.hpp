@@ -51,8 +51,11 @@ private:
   waiter& target_;
 };
 
+/// Completes `w` once every write to `buffer` issued so far has ended, with its error: for a
+/// device buffer, once the device has done that write (its fence, see engine/backend.hpp).
+void wait_for_buffer(storage& buffer, waiter& w);
 /// Completes `w` once every write to each of `buffers` issued so far has ended, with the first
-/// error among them in order.
+/// error among them in order (as `wait_for_buffer`).
 void wait_for_buffers(std::span<storage* const> buffers, waiter& w);
 
 /// Throws std::system_error (errc::wait_on_backend_thread) on a backend worker thread.

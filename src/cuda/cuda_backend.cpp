@@ -1,0 +1,177 @@
+// The CUDA backend: one context per device in use (device_context.cpp), made with the device's
+// first op, and the stream-ordered memory of every CUDA buffer.
+
+#include "cuda/cuda_backend.hpp"
+
+#include "cotensor/error.hpp"
+
+#include "cuda/cuda_error.hpp"
+#include "cuda/device_context.hpp"
+#include "cuda/devices.hpp"
+#include "engine/op_node.hpp"
+
+#include <atomic>
+#include <cuda_runtime_api.h>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace cotensor::detail::cuda {
+namespace {
+
+class cuda_backend final : public backend {
+public:
+  explicit cuda_backend(const runtime_options& options)
+      : options_(options), contexts_(static_cast<std::size_t>(device_count())),
+        owned_(contexts_.size()) {}
+
+  ~cuda_backend() override { shutdown(); }
+
+  void submit(op_node* op) noexcept override { context_or_fail(op, false); }
+  void submit_retire(op_node* op) noexcept override { context_or_fail(op, true); }
+
+  void execute(op_node* op) noexcept override {
+    if (device_context* c = context_for(op)) {
+      c->execute(op);
+    }
+  }
+
+  void launched(op_node* op, op_completion done) noexcept override {
+    current_launch->device->launched(op, std::move(done));
+  }
+
+  unsigned concurrency() const noexcept override { return 1; }
+
+  void shutdown() noexcept override {
+    std::lock_guard lock(mutex_);
+    for (auto& c : owned_) {
+      c.reset();  // drains its launcher and poller
+    }
+  }
+
+  // The context of device `index` if this engine has made it.
+  device_context* existing(int index) const noexcept {
+    if (index < 0 || static_cast<std::size_t>(index) >= contexts_.size()) {
+      return nullptr;
+    }
+    return contexts_[static_cast<std::size_t>(index)].load(std::memory_order_acquire);
+  }
+
+private:
+  // The context of `op`'s device, made now if this is its first op; null (the op run here and
+  // failed with the reason) if it cannot be made.
+  device_context* context_for(op_node* op) noexcept {
+    const int index = op->device.index;
+    if (device_context* c = existing(index)) [[likely]] {
+      return c;
+    }
+    try {
+      std::lock_guard lock(mutex_);
+      if (device_context* c = existing(index)) {
+        return c;
+      }
+      if (index < 0 || static_cast<std::size_t>(index) >= contexts_.size()) {
+        throw std::system_error(make_error_code(errc::device_unavailable),
+                                "cotensor: " + unavailable_message(op->device));
+      }
+      auto& slot = owned_[static_cast<std::size_t>(index)];
+      slot = std::make_unique<device_context>(index, options_);
+      contexts_[static_cast<std::size_t>(index)].store(slot.get(), std::memory_order_release);
+      return slot.get();
+    } catch (...) {
+      fail_here(op, std::current_exception());
+      return nullptr;
+    }
+  }
+
+  void context_or_fail(op_node* op, bool retire) noexcept {
+    if (retire) {
+      // An op's completion exists only once its context does.
+      existing(op->device.index)->submit(op, true);
+      return;
+    }
+    if (device_context* c = context_for(op)) {
+      c->submit(op, false);
+    }
+  }
+
+  // A device that cannot be set up fails its ops, on this thread.
+  static void fail_here(op_node* op, std::exception_ptr error) noexcept {
+    op->own = std::move(error);
+    retire_op(op);
+  }
+
+  const runtime_options options_;
+  std::vector<std::atomic<device_context*>> contexts_;
+  std::vector<std::unique_ptr<device_context>> owned_;  // guarded by mutex_
+  std::mutex mutex_;
+};
+
+// Frees go on a stream of their own per device, process-wide (a buffer may outlive every
+// engine): by the time a buffer is freed every op that touched it has ended, so its memory is
+// idle and needs no order with the streams that used it.
+struct memory_state {
+  std::once_flag once;
+  cudaStream_t free_stream = nullptr;
+};
+
+memory_state& memory_of(int index) {
+  static std::vector<memory_state> states(static_cast<std::size_t>(device_count()));
+  memory_state& m = states.at(static_cast<std::size_t>(index));
+  std::call_once(m.once, [&] {
+    COTENSOR_CUDA_CHECK(cudaSetDevice(index));
+    // Keep freed memory in the pool for reuse instead of returning it to the driver at each
+    // synchronisation.
+    cudaMemPool_t pool = nullptr;
+    COTENSOR_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, index));
+    std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
+    COTENSOR_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    COTENSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&m.free_stream, cudaStreamNonBlocking));
+  });
+  return m;
+}
+
+}  // namespace
+
+device_memory_allocator device_memory;
+
+void* device_memory_allocator::allocate(device d, std::size_t bytes, bool /*delayed*/) {
+  memory_state& m = memory_of(d.index);
+  void* p = nullptr;
+  if (launch* l = current_launch; l != nullptr && l->device->index() == d.index) {
+    // Stream-ordered on the stream of the op that writes it first.
+    COTENSOR_CUDA_CHECK(cudaMallocAsync(&p, bytes, l->stream));
+    return p;
+  }
+  // Outside a launch of its device (not reached by the frontend's ops): ready on return.
+  COTENSOR_CUDA_CHECK(cudaSetDevice(d.index));
+  COTENSOR_CUDA_CHECK(cudaMallocAsync(&p, bytes, m.free_stream));
+  COTENSOR_CUDA_CHECK(cudaStreamSynchronize(m.free_stream));
+  return p;
+}
+
+void device_memory_allocator::deallocate(device d,
+                                         void* p,
+                                         std::size_t /*bytes*/,
+                                         bool /*delayed*/) noexcept {
+  try {
+    memory_state& m = memory_of(d.index);
+    int current = 0;
+    COTENSOR_CUDA_LOG(cudaGetDevice(&current));
+    if (current != d.index) {
+      COTENSOR_CUDA_LOG(cudaSetDevice(d.index));
+    }
+    COTENSOR_CUDA_LOG(cudaFreeAsync(p, m.free_stream));
+  } catch (...) {
+    // The device's pool could not be set up: then nothing was allocated from it.
+  }
+}
+
+std::unique_ptr<backend> make_backend(const runtime_options& options) {
+  return std::make_unique<cuda_backend>(options);
+}
+
+void await_fence(device /*d*/, std::uint64_t fence, waiter& w) { await_device_fence(fence, w); }
+
+}  // namespace cotensor::detail::cuda

@@ -1,0 +1,70 @@
+#pragma once
+
+// The CUDA kernels, launched on a stream. Declared in plain C++ (this header compiles with the
+// host compiler, without nvcc) and defined in kernels.cu and reduce.cu. Each launch checks the
+// launch and throws std::system_error in `cuda_category()` if it failed.
+
+#include "kernel_table.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <cuda_runtime_api.h>
+
+namespace cotensor::detail::cuda {
+
+/// The most dimensions a broadcasting op takes on a GPU.
+constexpr int max_rank = 8;
+
+/// An output's extents and each input's strides in its index space (0 where broadcast).
+struct broadcast_layout {
+  int rank = 0;
+  std::int64_t extent[max_rank] = {};
+  std::int64_t a_stride[max_rank] = {};
+  std::int64_t b_stride[max_rank] = {};
+};
+
+void launch_fill(cudaStream_t stream, float* out, std::int64_t n, float value);
+void launch_binary(cudaStream_t stream,
+                   binary_op op,
+                   const float* a,
+                   const float* b,
+                   float* out,
+                   const broadcast_layout& layout,
+                   std::int64_t n);
+void launch_binary_same_shape(
+    cudaStream_t stream, binary_op op, const float* a, const float* b, float* out, std::int64_t n);
+void launch_binary_scalar(cudaStream_t stream,
+                          binary_op op,
+                          const float* a,
+                          float s,
+                          bool scalar_left,
+                          float* out,
+                          std::int64_t n);
+void launch_unary(cudaStream_t stream, unary_op op, const float* in, float* out, std::int64_t n);
+void launch_transpose(
+    cudaStream_t stream, const float* in, float* out, std::int64_t rows, std::int64_t cols);
+void launch_sum_axis(cudaStream_t stream,
+                     const float* in,
+                     std::int64_t outer,
+                     std::int64_t extent,
+                     std::int64_t inner,
+                     double scale,
+                     float* out);
+void launch_randn(cudaStream_t stream,
+                  float* out,
+                  std::int64_t n,
+                  std::uint64_t seed,
+                  std::uint64_t philox_stream);
+
+/// The scratch bytes `launch_sum` needs for `n` floats.
+std::size_t sum_scratch_bytes(std::int64_t n);
+/// out[0] = (Σ in[i]) / divisor, accumulated in double by CUB's device reduction.
+void launch_sum(cudaStream_t stream,
+                const float* in,
+                std::int64_t n,
+                double divisor,
+                float* out,
+                void* scratch,
+                std::size_t scratch_bytes);
+
+}  // namespace cotensor::detail::cuda
