@@ -1,5 +1,7 @@
 // Asynchrony via the backend (d2l.ai, "Asynchronous Computation"): 10 x (a = randn(1000, 1000);
-// b = matmul(a, a)), timed three ways. Prints one line per way, `<label>: <seconds> sec`:
+// b = matmul(a, a)) on the --device (default: GPU 0 if there is one, as d2l's try_gpu(), else
+// the CPU), timed three ways. Prints `device: <device>`, then one line per way,
+// `<label>: <seconds> sec`:
 //
 //   baseline      What NumPy does: every step runs to completion before the next one starts.
 //                 Here it is cotensor used synchronously: each op is issued and then waited on
@@ -17,7 +19,7 @@
 // With --trace PATH it then records one more synchronized run into PATH (Chrome trace JSON for
 // Perfetto; bench/trace/timeline.py draws it): the frontend's enqueues end long before the work.
 //
-// Usage: 01_backend_asynchrony [--device cpu] [--repeat N] [--trace PATH]
+// Usage: 01_backend_asynchrony [--device cpu|cuda[:N]] [--repeat N] [--trace PATH]
 
 #include "cotensor/cotensor.hpp"
 
@@ -41,9 +43,10 @@ double seconds_since(clock_type::time_point start) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const chapter::options opts =
-      chapter::parse(argc, argv, "01_backend_asynchrony [--device cpu] [--repeat N] [--trace PATH]",
-                     /*default_repeat=*/1, /*accepts_trace=*/true);
+  const chapter::options opts = chapter::parse(
+      argc, argv, "01_backend_asynchrony [--device cpu|cuda[:N]] [--repeat N] [--trace PATH]",
+      /*default_repeat=*/1, /*accepts_trace=*/true);
+  chapter::print_device(opts.device);
   const cotensor::shape square{n, n};
 
   // Synchronous style: the frontend waits for each step before issuing the next.

@@ -1,8 +1,10 @@
 // The dependency graph (d2l.ai, "Asynchronous Computation"): for `z = x * y + 2` the backend
 // must run `*` before `+`, while the two producers of x and y, independent of each other, may
 // run in parallel. The engine records what it tracked between cotensor::start_trace() and
-// cotensor::stop_trace(). Prints:
+// cotensor::stop_trace(). Every tensor lives on the --device (default: GPU 0 if there is one,
+// as d2l's try_gpu(), else the CPU). Prints:
 //
+//   `device: <device>`
 //   the values of x, y and z (printing blocks until each is computed)
 //   `issue: <seconds> sec`   how long the frontend took to issue the four ops
 //   `ready: <seconds> sec`   from the first issue until z was ready (z.wait())
@@ -10,7 +12,7 @@
 //   the graph as Graphviz DOT text: ops are boxes, buffers ellipses, reads and writes edges
 //   (render it with `dot -Tsvg`)
 //
-// Usage: 02_dependency_graph [--device cpu]
+// Usage: 02_dependency_graph [--device cpu|cuda[:N]]
 
 #include "cotensor/cotensor.hpp"
 
@@ -22,15 +24,18 @@
 #include <string>
 
 int main(int argc, char** argv) {
-  chapter::parse(argc, argv, "02_dependency_graph [--device cpu]", /*default_repeat=*/0,
-                 /*accepts_trace=*/false);
-  cotensor::ones({1, 2}).wait();  // start the runtime before recording
+  const chapter::options opts =
+      chapter::parse(argc, argv, "02_dependency_graph [--device cpu|cuda[:N]]",
+                     /*default_repeat=*/0, /*accepts_trace=*/false);
+  chapter::print_device(opts.device);
+  // Start the runtime, and the device's backend, before recording.
+  cotensor::ones({1, 2}, opts.device).wait();
 
   using clock_type = std::chrono::steady_clock;
   cotensor::start_trace();
   const auto start = clock_type::now();
-  const auto x = cotensor::ones({1, 2});
-  const auto y = cotensor::ones({1, 2});
+  const auto x = cotensor::ones({1, 2}, opts.device);
+  const auto y = cotensor::ones({1, 2}, opts.device);
   const auto z = x * y + 2.0F;  // two ops: `*`, then `+` reading its result
   const auto issued = clock_type::now();
   z.wait();

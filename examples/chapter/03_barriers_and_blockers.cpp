@@ -1,6 +1,7 @@
 // Barriers and blockers (d2l.ai, "Asynchronous Computation"): the ways the frontend waits for
 // the backend, each timed on `b = matmul(a, a)` (1000 x 1000) issued together with an unrelated
-// 2000 x 2000 matmul, the "background". Prints `<label>: <seconds> sec`:
+// 2000 x 2000 matmul, the "background", all on the --device (default: GPU 0 if there is one, as
+// d2l's try_gpu(), else the CPU). Prints `device: <device>`, then `<label>: <seconds> sec`:
 //
 //   waitall            wait_all(): blocks until everything issued has ended, background too
 //   wait_to_read       b.wait(): blocks until b only; the background keeps running (the next
@@ -13,7 +14,8 @@
 //   co_await when_all  co_await cotensor::when_all(): the coroutine form of waitall
 //
 // Each figure is the median of --repeat runs (default 3) after a warm-up; whatever a run leaves
-// running is drained before the next. Usage: 03_barriers_and_blockers [--device cpu] [--repeat N]
+// running is drained before the next.
+// Usage: 03_barriers_and_blockers [--device cpu|cuda[:N]] [--repeat N]
 
 #include "cotensor/cotensor.hpp"
 
@@ -77,10 +79,11 @@ void report(const char* label, double seconds) { std::printf("%s: %.4f sec\n", l
 
 int main(int argc, char** argv) {
   const chapter::options opts =
-      chapter::parse(argc, argv, "03_barriers_and_blockers [--device cpu] [--repeat N]",
+      chapter::parse(argc, argv, "03_barriers_and_blockers [--device cpu|cuda[:N]] [--repeat N]",
                      /*default_repeat=*/3, /*accepts_trace=*/false);
-  const auto a = cotensor::randn({1000, 1000});
-  const auto big = cotensor::randn({2000, 2000});
+  chapter::print_device(opts.device);
+  const auto a = cotensor::randn({1000, 1000}, opts.device);
+  const auto big = cotensor::randn({2000, 2000}, opts.device);
   cotensor::wait_all();
   auto background = [&] { return cotensor::matmul(big, big); };  // 16 GFLOP, unrelated to b
 

@@ -1,15 +1,18 @@
 // Improving computation (d2l.ai, "Asynchronous Computation"): 10,000 x `y = x + 1` on a (1, 2)
-// tensor, waiting after each op (`synchronous`) or once at the end (`asynchronous`). Then the
+// tensor on the --device (default: GPU 0 if there is one, as d2l's try_gpu(), else the CPU),
+// waiting after each op (`synchronous`) or once at the end (`asynchronous`). Then the
 // chapter's model of both: the frontend takes t1 to enqueue an op, the backend t2 to run it and
 // t3 to hand the result back, so
 //   synchronous  ~ 10000 (t1 + t2 + t3)
 //   asynchronous ~ t1 + 10000 t2 + t3   if 10000 t2 > 9999 t1 (the backend is the bottleneck),
 //                ~ 10000 t1 + t2 + t3   otherwise (the frontend is),
 // and asynchronous wins because it pays t3 (a wake-up of the waiting thread) once, not 10,000
-// times. Prints `<label>: <seconds> sec` for both, then t1, t2 and t3 (seconds per op):
+// times. Prints `device: <device>`, `<label>: <seconds> sec` for both, then t1, t2 and t3
+// (seconds per op):
 //   t1  measured: 10,000 ops issued behind a closed gate (an op that waits for the frontend to
 //       finish issuing), so the backend is idle while the frontend is timed
 //   t2  measured: the backend running those 10,000 ops once the gate opens, until the last ends
+//       (on a GPU including the copy of the gate's value there: the gate is a CPU function)
 //   t3  derived:  synchronous / 10,000 - t1 - t2
 // and which regime holds with the model's prediction beside the measurement.
 // cotensor runs an op this tiny at its call when its input is ready (runtime_options::
@@ -19,7 +22,7 @@
 // Each figure is the median of --repeat runs (default 5) after a warm-up.
 // With --trace PATH it records one more asynchronous loop (engine path) into PATH, for
 // bench/trace/timeline.py or Perfetto.
-// Usage: 04_improving_computation [--device cpu] [--repeat N] [--trace PATH]
+// Usage: 04_improving_computation [--device cpu|cuda[:N]] [--repeat N] [--trace PATH]
 
 #include "cotensor/cotensor.hpp"
 
@@ -69,12 +72,13 @@ std::pair<double, double> sync_and_async(int repeat, const cotensor::tensor& x) 
 
 int main(int argc, char** argv) {
   const chapter::options opts = chapter::parse(
-      argc, argv, "04_improving_computation [--device cpu] [--repeat N] [--trace PATH]",
+      argc, argv, "04_improving_computation [--device cpu|cuda[:N]] [--repeat N] [--trace PATH]",
       /*default_repeat=*/5, /*accepts_trace=*/true);
+  chapter::print_device(opts.device);
   auto engine_path = cotensor::runtime_options::from_environment();
   engine_path.inline_small_ops = false;
   const cotensor::runtime chapter_runtime(engine_path);
-  const auto x = cotensor::ones({1, 2});
+  const auto x = cotensor::ones({1, 2}, opts.device);
   x.wait();
   const auto [sync, async] = sync_and_async(opts.repeat, x);
   std::printf("synchronous: %.4f sec\nasynchronous: %.4f sec\n", sync, async);
@@ -82,24 +86,27 @@ int main(int argc, char** argv) {
   // t1 and t2 from one experiment: the 10,000 ops are issued behind a gate, an op that holds a
   // backend thread until the frontend has issued them all and notes when it lets go. Issuing
   // (t1) is timed with the backend idle; running them (t2) from the gate's opening to the end.
-  // Everything must be queued at once: no in-flight bound, for this runtime only.
+  // Everything must be queued at once: no in-flight bound, for this runtime only. `map` runs its
+  // function on host threads, so on a GPU the gate reads a CPU copy of x and is copied back.
   auto options = engine_path;
   options.max_in_flight = 0;
   options.inline_small_ops = false;
   options.synchronous = false;  // even under COTENSOR_ENGINE=naive: the gate needs asynchrony
   const cotensor::runtime unbounded(options);
+  const auto host_x = opts.device.is_cpu() ? x : x.to(cotensor::device::cpu());
   std::vector<double> t1_runs;
   std::vector<double> t2_runs;
   for (int i = 0; i <= opts.repeat; ++i) {
     std::atomic<bool> all_issued{false};
     std::atomic<clock_type::rep> opened{0};
-    const auto gate = cotensor::map(x, [&](float v) {
+    const auto host_gate = cotensor::map(host_x, [&](float v) {
       while (!all_issued.load()) {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
       opened.store(clock_type::now().time_since_epoch().count());
       return v;
     });
+    const auto gate = opts.device.is_cpu() ? host_gate : host_gate.to(opts.device);
     const auto start = clock_type::now();
     cotensor::tensor y;
     for (int j = 0; j < ops; ++j) {
@@ -128,9 +135,13 @@ int main(int argc, char** argv) {
   std::printf("model: asynchronous ~ %s = %.4f sec, measured %.4f sec\n",
               backend_bound ? "t1 + 10000 t2 + t3" : "10000 t1 + t2 + t3",
               backend_bound ? t1 + ops * t2 + t3 : ops * t1 + t2 + t3, async);
-  std::printf("(the model has frontend and backend overlap perfectly; here %u backend threads and\n"
-              " the frontend share %u hardware threads)\n",
-              cotensor::runtime::current().worker_threads(), std::thread::hardware_concurrency());
+  std::printf("(the model has frontend and backend overlap perfectly; here ");
+  if (opts.device.is_cpu()) {
+    std::printf("%u backend threads and\n the frontend share %u hardware threads)\n",
+                cotensor::runtime::current().worker_threads(), std::thread::hardware_concurrency());
+  } else {
+    std::printf("the backend is GPU %d)\n", opts.device.index);
+  }
   std::printf("synchronous / asynchronous = %.1f (asynchronous pays t3 once, not 10,000 times)\n",
               sync / async);
 

@@ -13,7 +13,11 @@
 // backend computes. `naive` is `runtime({.synchronous = true})`, what COTENSOR_ENGINE=naive
 // selects (MXNet's NaiveEngine): every op runs inside its call, so issue takes the whole matmul
 // and no other work overlaps it. Medians of --repeat runs (default 3) after a warm-up.
-// Usage: 05_cpu_asynchrony [--device cpu] [--repeat N]
+//
+// It prints `device: cpu` first, whatever --device says: the exercise asks about the CPU, and a
+// GPU's asynchrony is what 01-04 show. With --device cuda[:N] (the default on a machine with a
+// GPU) a second line says so.
+// Usage: 05_cpu_asynchrony [--device cpu|cuda[:N]] [--repeat N]
 
 #include "cotensor/cotensor.hpp"
 
@@ -23,6 +27,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <iostream>
 #include <thread>
 #include <vector>
 
@@ -75,8 +80,13 @@ void measure(const char* name, const cotensor::runtime_options& options, int rep
 
 int main(int argc, char** argv) {
   const chapter::options opts =
-      chapter::parse(argc, argv, "05_cpu_asynchrony [--device cpu] [--repeat N]",
+      chapter::parse(argc, argv, "05_cpu_asynchrony [--device cpu|cuda[:N]] [--repeat N]",
                      /*default_repeat=*/3, /*accepts_trace=*/false);
+  chapter::print_device(cotensor::device::cpu());
+  if (!opts.device.is_cpu()) {
+    std::cout << "(not " << opts.device
+              << ": the exercise asks whether the CPU alone is asynchronous; 01-04 show a GPU's)\n";
+  }
   auto threaded = cotensor::runtime_options::from_environment();
   threaded.synchronous = false;  // whatever COTENSOR_ENGINE says
   measure("threaded", threaded, opts.repeat);

@@ -118,7 +118,7 @@ void run(const char* label, const dataset& data, bool sync, std::size_t max_in_f
 
 int main(int argc, char** argv) {
   chapter::parse(argc, argv, "06_memory_footprint [--device cpu]", /*default_repeat=*/0,
-                 /*accepts_trace=*/false);
+                 /*accepts_trace=*/false, /*accepts_gpu=*/false);
   const dataset data = make_dataset();
   cotensor::wait_all();
   std::printf("%lld minibatches of %lld x %lld, host data %.1f MiB\n",

@@ -97,7 +97,7 @@ asio::awaitable<void> worker(const std::vector<clock_type::time_point>& ticks, b
 
 int main(int argc, char** argv) {
   chapter::parse(argc, argv, "07_coroutines [--device cpu]", /*default_repeat=*/0,
-                 /*accepts_trace=*/false);
+                 /*accepts_trace=*/false, /*accepts_gpu=*/false);
   // Warm up: start the backend's threads and fault in the allocator's memory.
   cotensor::matmul(cotensor::randn({1000, 1000}), cotensor::randn({1000, 1000})).wait();
 

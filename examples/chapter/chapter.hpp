@@ -1,6 +1,7 @@
 #pragma once
 
-// What the chapter's example programs share: their command line and how they time a run.
+// What the chapter's example programs share: their command line (which device, d2l's try_gpu()
+// when none is named) and how they time a run.
 
 #include "cotensor/cotensor.hpp"
 
@@ -8,6 +9,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,9 +18,14 @@
 /// Helpers for the programs of examples/chapter (the d2l.ai chapter "Asynchronous Computation").
 namespace chapter {
 
+/// d2l's `try_gpu()`: GPU 0 if this build and machine can run ops on one, else the CPU.
+inline cotensor::device try_gpu() {
+  return cotensor::cuda_device_count() > 0 ? cotensor::device::cuda(0) : cotensor::device::cpu();
+}
+
 /// A program's command-line options, as `parse` returns them.
 struct options {
-  /// `--device NAME`: where the program's tensors live. Only `cpu` is available.
+  /// `--device NAME`: where the program's tensors live; `try_gpu()` when absent.
   cotensor::device device = cotensor::device::cpu();
   /// `--repeat N`: how many timed runs each figure is the median of; 0 in a program that takes
   /// no `--repeat`.
@@ -29,10 +36,15 @@ struct options {
 
 namespace detail {
 
+/// The program's name: the first word of `usage`.
+inline std::string_view program_name(const char* usage) {
+  const std::string_view line = usage;
+  return line.substr(0, line.find(' '));
+}
+
 /// Prints `<program>: <message>` and the usage line to stderr, and exits with status 2.
 [[noreturn]] inline void usage_error(const char* usage, const std::string& message) {
-  const std::string_view line = usage;
-  const std::string_view program = line.substr(0, line.find(' '));
+  const std::string_view program = program_name(usage);
   std::fprintf(stderr, "%.*s: %s\nusage: %s\n", static_cast<int>(program.size()), program.data(),
                message.c_str(), usage);
   std::exit(2);
@@ -40,38 +52,87 @@ namespace detail {
 
 }  // namespace detail
 
-/// Parses the command line of a chapter program: `--device cpu`, `--repeat N` if
-/// `default_repeat` > 0 (its value when absent; N must be a positive integer), and
-/// `--trace PATH` if `accepts_trace`. `usage` is the usage line after "usage: ", beginning with
-/// the program's name, e.g. "03_barriers_and_blockers [--device cpu] [--repeat N]".
+/// The device that `value` names: `cpu`, `cuda` (GPU 0) or `cuda:N`. A name that is none of
+/// these gets `detail::usage_error` (status 2); a GPU that this build or machine cannot run ops
+/// on prints `<program>: device cuda:N is not available: <cotensor::unavailable_reason>` to
+/// stderr and exits with status 2.
+inline cotensor::device parse_device(std::string_view value, const char* usage) {
+  cotensor::device d = cotensor::device::cpu();
+  bool known = value == "cpu";
+  if (value == "cuda") {
+    d = cotensor::device::cuda(0);
+    known = true;
+  } else if (value.starts_with("cuda:")) {
+    const std::string_view index = value.substr(5);
+    const char* const last = index.data() + index.size();
+    const auto [end, ec] = std::from_chars(index.data(), last, d.index);
+    d.type = cotensor::device::kind::cuda;
+    known = !index.empty() && ec == std::errc{} && end == last && d.index >= 0;
+  }
+  if (!known) {
+    detail::usage_error(usage, "unknown device '" + std::string(value) +
+                                   "': expected cpu, cuda or cuda:N");
+  }
+  if (!cotensor::is_available(d)) {
+    const std::string_view program = detail::program_name(usage);
+    std::fprintf(stderr, "%.*s: device cuda:%d is not available: %s\n",
+                 static_cast<int>(program.size()), program.data(), d.index,
+                 cotensor::unavailable_reason(d).c_str());
+    std::exit(2);
+  }
+  return d;
+}
+
+/// Parses the command line of a chapter program: `--device cpu|cuda|cuda:N` (see
+/// `parse_device`; `try_gpu()` when absent), or only `--device cpu` unless `accepts_gpu`;
+/// `--repeat N` if `default_repeat` > 0 (its value when absent; N must be a positive integer);
+/// `--trace PATH` if `accepts_trace`. Each may also be written `--option=value`. `usage` is the
+/// usage line after "usage: ", beginning with the program's name, e.g.
+/// "03_barriers_and_blockers [--device cpu|cuda[:N]] [--repeat N]".
 ///
 /// `--help` or `-h` prints the usage line to stdout and exits with status 0. Anything else (an
-/// unknown argument, a missing value, a device other than `cpu`, a bad N) prints
-/// `<program>: <why>` and the usage line to stderr and exits with status 2.
-inline options
-parse(int argc, char** argv, const char* usage, int default_repeat, bool accepts_trace) {
+/// unknown argument, a missing value, an unknown or unavailable device, a bad N) prints
+/// `<program>: <why>` (and, but for an unavailable device, the usage line) to stderr and exits
+/// with status 2.
+inline options parse(int argc,
+                     char** argv,
+                     const char* usage,
+                     int default_repeat,
+                     bool accepts_trace,
+                     bool accepts_gpu = true) {
   options opts;
   opts.repeat = default_repeat;
+  bool device_given = false;
   for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
+    std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::printf("usage: %s\n", usage);
       std::exit(0);
     }
+    std::string_view value;
+    const auto equals = arg.find('=');
+    const bool inline_value = arg.starts_with("--") && equals != std::string_view::npos;
+    if (inline_value) {  // --option=value
+      value = arg.substr(equals + 1);
+      arg = arg.substr(0, equals);
+    }
     if (arg != "--device" && !(arg == "--repeat" && default_repeat > 0) &&
         !(arg == "--trace" && accepts_trace)) {
-      detail::usage_error(usage, "unknown argument '" + std::string(arg) + "'");
+      detail::usage_error(usage, "unknown argument '" + std::string(argv[i]) + "'");
     }
-    if (i + 1 == argc) {
-      detail::usage_error(usage, std::string(arg) + " needs a value");
-    }
-    const std::string_view value = argv[++i];
-    if (arg == "--device") {
-      if (value != "cpu") {
-        detail::usage_error(usage, "device '" + std::string(value) +
-                                       "' is not available: this build has only 'cpu'");
+    if (!inline_value) {
+      if (i + 1 == argc) {
+        detail::usage_error(usage, std::string(arg) + " needs a value");
       }
-      opts.device = cotensor::device::cpu();
+      value = argv[++i];
+    }
+    if (arg == "--device") {
+      if (!accepts_gpu && value != "cpu") {
+        detail::usage_error(usage, "device '" + std::string(value) +
+                                       "' is not supported: this program runs on the CPU only");
+      }
+      opts.device = parse_device(value, usage);
+      device_given = true;
     } else if (arg == "--trace") {
       opts.trace = value;
     } else {
@@ -83,8 +144,14 @@ parse(int argc, char** argv, const char* usage, int default_repeat, bool accepts
       }
     }
   }
+  if (!device_given && accepts_gpu) {
+    opts.device = try_gpu();
+  }
   return opts;
 }
+
+/// Prints the line `device: <d>` (`cpu` or `cuda:<index>`) that opens a program's output.
+inline void print_device(cotensor::device d) { std::cout << "device: " << d << '\n'; }
 
 /// The median of `values`, which must not be empty: the middle value, or the mean of the two
 /// middle ones when there is an even number of them (rounded toward zero for an integral `T`).
