@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Builds what the GPU run needs and packs it into OUTDIR, a folder that runs on a machine with
+# only an NVIDIA driver, CUDA 13 and a python3 with PyTorch: OUTDIR/run.sh (bench/gpu/run.sh)
+# runs the CUDA tests, the chapter's examples and the GPU benchmark beside chapter.py there.
+#
+# Usage: bench/gpu/bundle.sh OUTDIR
+#
+# OUTDIR gets bin/ (cotensor_cuda_tests, examples 01-05, cotensor_bench_gpu), lib/ (libcotensor
+# and every shared library they load but glibc's, libgcc_s and NVIDIA's; libstdc++ in
+# lib/stdcxx/, used by run.sh only where the system's is older), chapter.py, run.sh and
+# BUNDLE_INFO.txt. cuBLAS is left out: run.sh finds the GPU machine's own. OUTDIR must be absent,
+# empty or an earlier bundle (it is replaced); the bundle must stay within BUNDLE_MAX_MIB (60).
+#
+# Environment: BUNDLE_BUILD_DIR (build/gpu-bundle, under the git-ignored build/), CUDA_HOME
+# (/usr/local/cuda), CHAPTER_PY (the workspace's shared/peers/chapter.py), JOBS (nproc),
+# BUNDLE_MAX_MIB (60).
+set -euo pipefail
+
+if [[ $# -ne 1 || $1 == -h || $1 == --help ]]; then
+  echo "usage: bench/gpu/bundle.sh OUTDIR" >&2
+  exit 2
+fi
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=$1
+build=${BUNDLE_BUILD_DIR:-$root/build/gpu-bundle}
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+chapter_py=${CHAPTER_PY:-$root/../shared/peers/chapter.py}
+jobs=${JOBS:-$(nproc)}
+max_mib=${BUNDLE_MAX_MIB:-60}
+examples=(01_backend_asynchrony 02_dependency_graph 03_barriers_and_blockers
+  04_improving_computation 05_cpu_asynchrony)
+targets=(cotensor_cuda_tests "${examples[@]}" cotensor_bench_gpu)
+marker=.cotensor-gpu-bundle
+
+die() {
+  echo "bundle.sh: $*" >&2
+  exit 1
+}
+
+[[ -f $chapter_py ]] || die "chapter.py not found at $chapter_py (set CHAPTER_PY)"
+if [[ -e $out ]]; then
+  [[ -d $out ]] || die "$out exists and is not a directory"
+  if [[ -n $(ls -A "$out") && ! -e $out/$marker ]]; then
+    die "$out is not empty and not an earlier bundle: refusing to replace it"
+  fi
+fi
+
+# 1. Configure and build, Release, with the CUDA backend for Ampere and Hopper.
+configure=(cmake -S "$root" -B "$build")
+if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then
+  configure+=(-G Ninja)
+fi
+configure+=(-DCMAKE_BUILD_TYPE=Release -DCOTENSOR_WITH_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=80;90"
+  -DCOTENSOR_BUILD_TESTS=ON -DCOTENSOR_BUILD_EXAMPLES=ON -DCOTENSOR_BUILD_BENCH=ON
+  -DCOTENSOR_SANITIZE= "-DCUDAToolkit_ROOT=$cuda_home")
+echo "bundle.sh: ${configure[*]}"
+"${configure[@]}"
+known=$(cmake --build "$build" --target help)
+missing=()
+for t in "${targets[@]}"; do
+  grep -Eq "^(\.\.\. )?$t(:| |$)" <<<"$known" || missing+=("$t")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  die "this tree has no target ${missing[*]} (is the CUDA backend and its test suite in yet?)"
+fi
+cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+
+# 2. The programs.
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib/stdcxx"
+touch "$out/$marker"
+for t in "${targets[@]}"; do
+  mapfile -t found < <(find "$build" -type f -name "$t" -perm -u+x -not -path '*/CMakeFiles/*')
+  [[ ${#found[@]} -eq 1 ]] || die "expected one built $t under $build, found ${#found[@]}"
+  cp "${found[0]}" "$out/bin/"
+done
+
+# 3. The shared libraries they load, as ldd resolves them with the build's own search path.
+cuda_lib=$cuda_home/lib64
+[[ -d $cuda_lib ]] || cuda_lib=$cuda_home/targets/x86_64-linux/lib
+nvidia_needed=()
+for f in "$out"/bin/*; do
+  while read -r name path; do
+    case $name in
+      linux-vdso.so* | ld-linux*.so* | libc.so* | libm.so* | libmvec.so* | libpthread.so* | \
+        libdl.so* | librt.so* | libresolv.so* | libutil.so* | libgcc_s.so*)
+        continue ;;  # glibc and GCC's runtime: the GPU machine's own
+      libcuda.so* | libcudart.so* | libcublas.so* | libcublasLt.so* | libnccl.so* | \
+        libnvrtc*.so* | libnvJitLink.so* | libcufft*.so* | libcurand.so* | libcusparse*.so* | \
+        libcusolver*.so* | libnvToolsExt.so* | libnvidia-*.so*)
+        [[ " ${nvidia_needed[*]} " == *" $name "* ]] || nvidia_needed+=("$name")
+        continue ;;  # NVIDIA's: never bundled
+    esac
+    [[ $path == /* ]] || die "$(basename "$f") needs $name, which ldd does not find"
+    dest=$out/lib
+    [[ $name == libstdc++.so* ]] && dest=$out/lib/stdcxx
+    [[ -e $dest/$name ]] || cp -L "$path" "$dest/$name"
+  done < <(LD_LIBRARY_PATH="$build:$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$f" |
+    awk '$2 == "=>" { print $1, ($3 == "not" ? "-" : $3) }
+         $2 != "=>" { n = split($1, part, "/"); print part[n], $1 }')
+done
+ls "$out"/lib/libcotensor.so* >/dev/null 2>&1 || die "libcotensor was not among the libraries found"
+
+# RUNPATH: with patchelf the programs find lib/ without LD_LIBRARY_PATH (run.sh sets it anyway,
+# for the libraries' own dependencies and for cuBLAS).
+if command -v patchelf >/dev/null; then
+  for f in "$out"/bin/*; do
+    patchelf --set-rpath "\$ORIGIN/../lib" "$f"
+  done
+  for f in "$out"/lib/libcotensor.so*; do
+    patchelf --set-rpath "\$ORIGIN" "$f"
+  done
+  rpath_note="RUNPATH set by patchelf (\$ORIGIN/../lib, \$ORIGIN)"
+else
+  rpath_note="patchelf not found: RUNPATH left as built; run.sh sets LD_LIBRARY_PATH"
+fi
+
+# What the GPU machine must provide: glibc and GLIBCXX versions, for run.sh's checks.
+max_version() {
+  { grep -aoh "$1[0-9.]*[0-9]" "${@:2}" 2>/dev/null || true; } | sort -uV | tail -n1
+}
+ours=("$out"/bin/* "$out"/lib/*.so*)
+need_glibc=$(max_version 'GLIBC_2\.' "${ours[@]}")
+need_glibc_stdcxx=$(max_version 'GLIBC_2\.' "${ours[@]}" "$out"/lib/stdcxx/*)
+need_glibcxx=$(max_version 'GLIBCXX_3\.4\.' "${ours[@]}")
+{
+  echo "glibc ${need_glibc#GLIBC_}"
+  echo "glibc-with-bundled-libstdc++ ${need_glibc_stdcxx#GLIBC_}"
+  echo "glibcxx $need_glibcxx"
+} >"$out/lib/REQUIRES"
+
+cp "$chapter_py" "$out/chapter.py"
+cp "$here/run.sh" "$out/run.sh"
+chmod +x "$out/run.sh"
+
+# 4. What this bundle is, and its size.
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=$( (git -C "$root" status --porcelain --untracked-files=no 2>/dev/null || true) | wc -l)
+nvcc_version=$( ("$cuda_home/bin/nvcc" --version 2>/dev/null || true) |
+  awk -F', ' '/release/ { print $2 }')
+{
+  changes=""
+  if [[ $dirty -gt 0 ]]; then changes=" + $dirty changed files"; fi
+  echo "cotensor GPU bundle, commit $commit$changes," \
+    "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on ${HOSTNAME:-$(uname -n)}"
+  echo "build: $build, Release, CUDA ${nvcc_version:-?}, CMAKE_CUDA_ARCHITECTURES 80;90"
+  os=$(sed -n 's/^PRETTY_NAME="\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' /etc/os-release 2>/dev/null)
+  echo "host: ${os:-unknown system}, $(getconf GNU_LIBC_VERSION)"
+  echo "needs on the GPU machine: ${nvidia_needed[*]:-no NVIDIA library}," \
+    "glibc >= ${need_glibc#GLIBC_}"
+  echo "$rpath_note"
+  echo
+  (cd "$out" && find . -type f ! -name "$marker" ! -name BUNDLE_INFO.txt -printf '%10s  %p\n' |
+    sort -k2)
+} >"$out/BUNDLE_INFO.txt"
+
+bytes=$(du -sb "$out" | cut -f1)
+mib=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')
+cat "$out/BUNDLE_INFO.txt"
+if ((bytes > max_mib * 1048576)); then
+  die "$out is $mib MiB, over the limit of $max_mib MiB"
+fi
+echo "bundle.sh: $out: $mib MiB (limit $max_mib MiB)"
