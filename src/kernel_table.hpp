@@ -14,6 +14,10 @@
 namespace cotensor::detail {
 
 enum class binary_op : std::uint8_t { add, sub, mul, div };
+
+/// The most dimensions a broadcasting `binary` takes on a GPU (the frontend checks it at the
+/// call; the CPU has no limit).
+constexpr int gpu_max_broadcast_rank = 8;
 enum class unary_op : std::uint8_t { neg, relu, exp, log, sqrt, tanh, sigmoid };
 
 /// One device type's kernels. Results never depend on the number of threads.

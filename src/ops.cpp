@@ -53,12 +53,26 @@ void require_same_device(const char* op, const tensor& a, const tensor& b) {
   }
 }
 
+namespace {
+
+// A GPU broadcasts over at most gpu_max_broadcast_rank dimensions: refused at the call.
+void check_device_broadcast(const char* op, const tensor& a, const tensor& b, const shape& out) {
+  if (!a.device().is_cpu() && a.shape() != b.shape() &&
+      out.rank() > static_cast<std::size_t>(gpu_max_broadcast_rank)) {
+    throw_invalid(op, "broadcasting over " + std::to_string(out.rank()) + " dimensions on " +
+                          "a GPU (at most " + std::to_string(gpu_max_broadcast_rank) + ")");
+  }
+}
+
+}  // namespace
+
 void issue_in_place(const char* op, binary_op kind, const tensor& a, const tensor& b) {
   require_same_device(op, a, b);
   if (broadcast_shape(a.shape(), b.shape()) != a.shape()) {
     throw_invalid(op, "cannot broadcast " + b.shape().to_string() + " into the shape " +
                           a.shape().to_string() + " of the tensor updated in place");
   }
+  check_device_broadcast(op, a, b, a.shape());
   const auto& sa = a.storage();
   const auto& sb = b.storage();
   issue(op, {sa, sb}, {sa},
@@ -118,6 +132,7 @@ tensor filled(const char* op, shape s, float value, device d) {
 tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) {
   detail::require_same_device(op, a, b);
   shape out_shape = broadcast_shape(a.shape(), b.shape());
+  detail::check_device_broadcast(op, a, b, out_shape);
   auto out = detail::allocate(op, out_shape, a.device());
   const auto& sa = a.storage();
   const auto& sb = b.storage();

@@ -86,16 +86,18 @@ public:
   /// Equivalent to `async_wait(asio::deferred)`; see `async_wait` for the details.
   auto ready() const { return async_wait(asio::deferred); }
 
-  /// Blocks, then returns the single element (the chapter's `item()`).
+  /// Blocks, then returns the single element (the chapter's `item()`). A GPU tensor's element is
+  /// copied to the host by an op on its device; the wait is on that op.
   /// Errors: `std::invalid_argument` at once if `numel() != 1`; the op's exception, as `wait`.
   float item() const;
 
   /// Blocks, then copies the elements to the host in row-major order (the chapter's
-  /// `asnumpy()`). Errors: as `wait`.
+  /// `asnumpy()`); from a GPU, through `to(device::cpu())`. Errors: as `wait`.
   std::vector<float> to_vector() const;
 
-  /// Copies to device `d`, asynchronously. Errors: `std::system_error` with
-  /// `errc::device_unavailable` at once if `d` is not available in this build.
+  /// Copies to device `d`, asynchronously. A copy between the host and a GPU runs on the GPU's
+  /// copy streams, after the GPU's work on the source. Errors: `std::system_error` with
+  /// `errc::device_unavailable` at once if `d` is not available in this build or machine.
   tensor to(cotensor::device d) const;
 
   /// The sum of all elements as a rank-0 (one-element) tensor, asynchronously.
@@ -130,8 +132,9 @@ private:
   cotensor::shape shape_;
 };
 
-/// Blocks until `t` is computed, then prints it as `tensor([[1, 2], [3, 4]], shape=[2, 2])`.
-/// Errors: as `tensor::wait`.
+/// Blocks until `t` is computed, then prints it as `tensor([[1, 2], [3, 4]], shape=[2, 2])`;
+/// a GPU tensor is copied to the host first and prints its device too:
+/// `tensor([1, 2], shape=[2], device=cuda:0)`. Errors: as `tensor::wait`.
 std::ostream& operator<<(std::ostream& os, const tensor& t);
 
 }  // namespace cotensor

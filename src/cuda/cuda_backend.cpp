@@ -63,10 +63,14 @@ private:
   // failed with the reason) if it cannot be made.
   device_context* context_for(op_node* op) noexcept {
     const int index = op->device.index;
-    if (device_context* c = existing(index)) [[likely]] {
-      return c;
+    if (device_context* c = existing(index); c != nullptr && device_count() > 0) [[likely]] {
+      return c;  // (0 in a forked child, whose copy of our threads is gone)
     }
     try {
+      if (!usable(index)) {
+        throw std::system_error(make_error_code(errc::device_unavailable),
+                                "cotensor: " + unavailable_message(op->device));
+      }
       std::lock_guard lock(mutex_);
       if (device_context* c = existing(index)) {
         return c;
@@ -117,10 +121,11 @@ struct memory_state {
 };
 
 memory_state& memory_of(int index) {
-  static std::vector<memory_state> states(static_cast<std::size_t>(device_count()));
-  memory_state& m = states.at(static_cast<std::size_t>(index));
+  // Never destroyed: buffers with static storage duration may be freed after it otherwise.
+  static auto* states = new std::vector<memory_state>(static_cast<std::size_t>(device_count()));
+  memory_state& m = states->at(static_cast<std::size_t>(index));
   std::call_once(m.once, [&] {
-    COTENSOR_CUDA_CHECK(cudaSetDevice(index));
+    const device_guard on_device(index);
     // Keep freed memory in the pool for reuse instead of returning it to the driver at each
     // synchronisation.
     cudaMemPool_t pool = nullptr;
@@ -140,12 +145,22 @@ void* device_memory_allocator::allocate(device d, std::size_t bytes, bool /*dela
   memory_state& m = memory_of(d.index);
   void* p = nullptr;
   if (launch* l = current_launch; l != nullptr && l->device->index() == d.index) {
-    // Stream-ordered on the stream of the op that writes it first.
-    COTENSOR_CUDA_CHECK(cudaMallocAsync(&p, bytes, l->stream));
+    // Stream-ordered on the stream of the op that writes it first. The pool keeps what was
+    // freed; out of memory, it gives back what it holds unused and tries once more.
+    if (const cudaError_t rc = cudaMallocAsync(&p, bytes, l->stream); rc == cudaSuccess) {
+      return p;
+    } else if (rc != cudaErrorMemoryAllocation) {
+      throw_cuda_error(rc, "cudaMallocAsync", __FILE__, __LINE__);
+    }
+    (void)cudaGetLastError();
+    cudaMemPool_t pool = nullptr;
+    COTENSOR_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, d.index));
+    COTENSOR_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+    COTENSOR_CUDA_CHECK(cudaMallocAsync(&p, bytes, l->stream));  // std::bad_alloc if out
     return p;
   }
   // Outside a launch of its device (not reached by the frontend's ops): ready on return.
-  COTENSOR_CUDA_CHECK(cudaSetDevice(d.index));
+  const device_guard on_device(d.index);
   COTENSOR_CUDA_CHECK(cudaMallocAsync(&p, bytes, m.free_stream));
   COTENSOR_CUDA_CHECK(cudaStreamSynchronize(m.free_stream));
   return p;
@@ -156,12 +171,14 @@ void device_memory_allocator::deallocate(device d,
                                          std::size_t /*bytes*/,
                                          bool /*delayed*/) noexcept {
   try {
-    memory_state& m = memory_of(d.index);
-    int current = 0;
-    COTENSOR_CUDA_LOG(cudaGetDevice(&current));
-    if (current != d.index) {
-      COTENSOR_CUDA_LOG(cudaSetDevice(d.index));
+    // Freed during a launch on its device (the loser of a race for a buffer's first memory,
+    // whose allocation may be queued still): in that launch's stream order.
+    if (launch* l = current_launch; l != nullptr && l->device->index() == d.index) {
+      COTENSOR_CUDA_LOG(cudaFreeAsync(p, l->stream));
+      return;
     }
+    memory_state& m = memory_of(d.index);
+    const device_guard on_device(d.index);
     COTENSOR_CUDA_LOG(cudaFreeAsync(p, m.free_stream));
   } catch (...) {
     // The device's pool could not be set up: then nothing was allocated from it.

@@ -24,8 +24,9 @@ constexpr std::size_t smallest_staging = std::size_t{64} << 10;
 // The live contexts, for host waits on fences. Guarded by contexts_mutex.
 std::mutex contexts_mutex;
 std::vector<device_context*>& live_contexts() {
-  static std::vector<device_context*> v;
-  return v;
+  // Never destroyed: a runtime with static storage duration may end after it otherwise.
+  static auto* v = new std::vector<device_context*>;
+  return *v;
 }
 std::atomic<std::uint64_t> next_context_id{1};
 
@@ -33,17 +34,37 @@ std::atomic<std::uint64_t> next_context_id{1};
 
 thread_local launch* current_launch = nullptr;
 
+device_guard::device_guard(int index) noexcept {
+  int current = 0;
+  COTENSOR_CUDA_LOG(cudaGetDevice(&current));
+  if (current != index) {
+    COTENSOR_CUDA_LOG(cudaSetDevice(index));
+    previous_ = current;
+  }
+}
+
+device_guard::~device_guard() {
+  if (previous_ >= 0) {
+    COTENSOR_CUDA_LOG(cudaSetDevice(previous_));
+  }
+}
+
 void await_device_fence(std::uint64_t fence, waiter& w) {
   const std::uint64_t id = fence >> fence_position_bits;
   const std::uint64_t position = fence & ((std::uint64_t{1} << fence_position_bits) - 1);
-  std::lock_guard lock(contexts_mutex);  // keeps the context alive while the wait is queued
-  for (device_context* c : live_contexts()) {
-    if (c->id() == id) {
-      c->await(position, w);
-      return;
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(contexts_mutex);  // keeps the context alive while the wait is queued
+    for (device_context* c : live_contexts()) {
+      if (c->id() == id) {
+        if (c->await(position, w, error)) {
+          return;  // queued: the poller completes it
+        }
+        break;
+      }
     }
   }
-  w.complete(nullptr);
+  w.complete(std::move(error));  // passed, failed, or its context gone with every op ended
 }
 
 launch& launch_here() {
@@ -94,8 +115,8 @@ void staging_pool::release(block b) noexcept {
 device_context::device_context(int index, const runtime_options& options)
     : index_(index), id_(next_context_id.fetch_add(1, std::memory_order_relaxed)), events_(index),
       poller_(*this, "cuda:" + std::to_string(index)) {
+  const device_guard on_device(index_);  // maybe another device's launcher, or a user's thread
   try {
-    COTENSOR_CUDA_CHECK(cudaSetDevice(index_));
     // Never the legacy default stream, which would serialise with every other stream.
     COTENSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
     COTENSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
@@ -108,27 +129,39 @@ device_context::device_context(int index, const runtime_options& options)
     // FP32 stays FP32 unless the user opts in to TF32 (as PyTorch since 1.12).
     COTENSOR_CUBLAS_CHECK(cublasSetMathMode(blas_, options.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                       : CUBLAS_DEFAULT_MATH));
+    {
+      std::lock_guard lock(contexts_mutex);
+      live_contexts().push_back(this);
+    }
+    try {
+      launcher_ = std::thread([this] { run_launcher(); });
+    } catch (...) {
+      std::lock_guard lock(contexts_mutex);
+      std::erase(live_contexts(), this);
+      throw;
+    }
   } catch (...) {
     poller_.shutdown();
-    if (blas_ != nullptr) {
-      cublasDestroy(blas_);
-    }
-    for (cudaStream_t s : {compute_, h2d_, d2h_}) {
-      if (s != nullptr) {
-        COTENSOR_CUDA_LOG(cudaStreamDestroy(s));
-      }
-    }
-    if (order_event_ != nullptr) {
-      COTENSOR_CUDA_LOG(cudaEventDestroy(order_event_));
-    }
-    if (blas_workspace_ != nullptr) {
-      COTENSOR_CUDA_LOG(cudaFree(blas_workspace_));
-    }
+    destroy_handles();
     throw;
   }
-  launcher_ = std::thread([this] { run_launcher(); });
-  std::lock_guard lock(contexts_mutex);
-  live_contexts().push_back(this);
+}
+
+void device_context::destroy_handles() noexcept {
+  if (blas_ != nullptr) {
+    cublasDestroy(blas_);
+  }
+  for (cudaStream_t s : {compute_, h2d_, d2h_}) {
+    if (s != nullptr) {
+      COTENSOR_CUDA_LOG(cudaStreamDestroy(s));
+    }
+  }
+  if (order_event_ != nullptr) {
+    COTENSOR_CUDA_LOG(cudaEventDestroy(order_event_));
+  }
+  if (blas_workspace_ != nullptr) {
+    COTENSOR_CUDA_LOG(cudaFree(blas_workspace_));
+  }
 }
 
 device_context::~device_context() {
@@ -143,13 +176,8 @@ device_context::~device_context() {
   }
   launcher_.join();
   poller_.shutdown();  // every event seen (or the device failed): nothing uses what follows
-  COTENSOR_CUDA_LOG(cudaSetDevice(index_));
-  cublasDestroy(blas_);
-  COTENSOR_CUDA_LOG(cudaFree(blas_workspace_));
-  COTENSOR_CUDA_LOG(cudaEventDestroy(order_event_));
-  for (cudaStream_t s : {compute_, h2d_, d2h_}) {
-    COTENSOR_CUDA_LOG(cudaStreamDestroy(s));
-  }
+  const device_guard on_device(index_);
+  destroy_handles();
 }
 
 void device_context::submit(op_node* op, bool retire) noexcept {
@@ -173,7 +201,7 @@ void device_context::submit(op_node* op, bool retire) noexcept {
 void device_context::execute(op_node* op) noexcept {
   const backend_thread_guard backend;
   std::lock_guard launching(launch_mutex_);
-  COTENSOR_CUDA_LOG(cudaSetDevice(index_));
+  const device_guard on_device(index_);  // the caller's thread
   launch_op(op);
 }
 
@@ -216,7 +244,12 @@ void device_context::launch_op(op_node* op) noexcept {
   }
   launching_op = outer_op;
   current_launch = outer;
-  l.after(false);  // a step left by a kernel that threw: frees what it held
+  if (l.after.fn != nullptr) {
+    // A kernel threw after taking a staging block, maybe with its copy queued: let that
+    // finish, then give the block back.
+    COTENSOR_CUDA_LOG(cudaStreamSynchronize(l.stream));
+    l.after(false);
+  }
 }
 
 void device_context::order_after_writers_elsewhere(const op_node& op) {
@@ -228,10 +261,13 @@ void device_context::order_after_writers_elsewhere(const op_node& op) {
     }
     // Written on another device, or by another engine's context for this one: wait on its
     // stream (no host wait). A context that is gone had ended all its work.
+    const std::uint64_t position = fence & ((std::uint64_t{1} << fence_position_bits) - 1);
     std::lock_guard lock(contexts_mutex);
     for (device_context* c : live_contexts()) {
       if (c->id() == writer) {
-        order_after(*c);
+        if (c->passed_position_.load(std::memory_order_acquire) < position) {
+          order_after(*c);  // still to run there
+        }
         break;
       }
     }
@@ -269,6 +305,9 @@ void device_context::launched(op_node* op, op_completion done) noexcept {
     event = events_.acquire();
     COTENSOR_CUDA_CHECK(cudaEventRecord(event, l.stream));
   } catch (...) {
+    // The op's work may be queued still: let it finish before its staging block and buffers
+    // go back (an error path; the device is likely failed anyway).
+    COTENSOR_CUDA_LOG(cudaStreamSynchronize(l.stream));
     if (event != nullptr) {
       events_.release(event);
     }
@@ -297,21 +336,33 @@ void device_context::launched(op_node* op, op_completion done) noexcept {
   try {
     poller_.watch(event, std::move(done), position, after);
   } catch (...) {
-    // Out of memory: the poller released the event, ran `after` and the op fails (abandoned).
+    // Out of memory: the op fails (abandoned). Its work may be queued: let it finish before its
+    // staging block goes back, and let host readers of its buffers pass its fence.
+    COTENSOR_CUDA_LOG(cudaStreamSynchronize(l.stream));
+    events_.release(event);
+    after(false);
+    if (position != 0) {
+      passed(position, true);
+    }
   }
 }
 
-void device_context::await(std::uint64_t position, waiter& w) {
+bool device_context::await(std::uint64_t position, waiter& w, std::exception_ptr& error) {
   auto passed = [&] { return passed_position_.load(std::memory_order_acquire) >= position; };
-  if (!passed()) {
-    std::lock_guard lock(fence_mutex_);
-    if (!passed() && !poller_.failed()) {
-      fence_waits_.push_back({position, &w});
-      has_fence_waits_.store(true, std::memory_order_release);
-      return;
-    }
+  if (passed()) {
+    return false;
   }
-  w.complete(poller_.failed() ? poller_.device_error() : nullptr);
+  // `passed` updates the position, then takes this lock: a wait queued here is seen by it.
+  std::lock_guard lock(fence_mutex_);
+  if (passed()) {
+    return false;
+  }
+  if (poller_.failed()) {
+    error = poller_.device_error();
+    return false;
+  }
+  fence_waits_.push_back({position, &w});
+  return true;
 }
 
 void device_context::passed(std::uint64_t position, bool ok) noexcept {
@@ -319,9 +370,6 @@ void device_context::passed(std::uint64_t position, bool ok) noexcept {
   std::uint64_t seen = passed_position_.load(std::memory_order_relaxed);
   while (ok && seen < position &&
          !passed_position_.compare_exchange_weak(seen, position, std::memory_order_acq_rel)) {
-  }
-  if (!has_fence_waits_.load(std::memory_order_acquire)) {
-    return;
   }
   std::vector<fence_wait> ready;
   {
@@ -338,11 +386,11 @@ void device_context::passed(std::uint64_t position, bool ok) noexcept {
       }
       return false;
     });
-    has_fence_waits_.store(!fence_waits_.empty(), std::memory_order_release);
   }
+  const std::uint64_t now = passed_position_.load(std::memory_order_acquire);
   const std::exception_ptr error = ok ? nullptr : poller_.device_error();
   for (const fence_wait& f : ready) {
-    f.w->complete(error);
+    f.w->complete(f.fence <= now ? nullptr : error);
   }
 }
 

@@ -46,6 +46,21 @@ extern thread_local launch* current_launch;
 /// failed device's later ops fail at once, without touching it.
 launch& launch_here();
 
+/// Makes `index` the calling thread's current CUDA device for its lifetime, then restores the
+/// one before: the current device is per thread, and our calls on threads that are not the
+/// device's own (a user's, another device's launcher) must leave it as they found it.
+class device_guard {
+public:
+  /// A failure is logged: the calls that follow fail with CUDA's error.
+  explicit device_guard(int index) noexcept;
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+  ~device_guard();
+
+private:
+  int previous_ = -1;  // -1: unchanged
+};
+
 /// A buffer's fence (storage::fence): the context that wrote it and the position of the write
 /// on that context's compute stream, in one word.
 constexpr int fence_position_bits = 40;
@@ -113,8 +128,10 @@ public:
   /// Makes this device's compute stream wait for the work enqueued on `other`'s so far.
   void order_after(device_context& other);
 
-  /// Completes `w` once the compute stream has passed `position`.
-  void await(std::uint64_t position, waiter& w);
+  /// Queues `w` to be completed once the compute stream has passed `position`, and returns
+  /// true; or returns false, with `error` set if the device failed, for a wait to complete now.
+  /// Throws std::bad_alloc.
+  bool await(std::uint64_t position, waiter& w, std::exception_ptr& error);
 
   // event_source, for the poller
   event_state query(void* event, std::error_code& ec) noexcept override;
@@ -133,6 +150,8 @@ private:
   };
 
   void run_launcher() noexcept;
+  // Destroys what the constructor made (those it got to).
+  void destroy_handles() noexcept;
   // Runs `op` with this thread's launch set, `launch_mutex_` held by the caller.
   void launch_op(op_node* op) noexcept;
 
@@ -155,7 +174,6 @@ private:
   std::atomic<std::uint64_t> passed_position_{0};
   std::mutex fence_mutex_;
   std::vector<fence_wait> fence_waits_;  // guarded by fence_mutex_
-  std::atomic<bool> has_fence_waits_{false};
 
   std::mutex queue_mutex_;
   std::condition_variable queue_wake_;

@@ -47,16 +47,9 @@ void event_poller::watch(void* event,
                          std::uint64_t position,
                          after_event after) {
   {
-    std::unique_lock lock(mutex_);
+    std::lock_guard lock(mutex_);
     if (!stopping_ && !failed()) {
-      try {
-        incoming_.push_back({event, std::move(done), position, after});
-      } catch (...) {
-        lock.unlock();
-        source_.release(event);
-        after(false);
-        throw;
-      }
+      incoming_.push_back({event, std::move(done), position, after});
       has_incoming_.store(true, std::memory_order_release);
       wake_.notify_one();
       return;
@@ -116,10 +109,10 @@ bool event_poller::poll_once(std::deque<watched>& watching) noexcept {
     source_.release(it->event);
     const bool ok = state == event_state::complete;
     it->after(ok);
-    it->done(ok ? nullptr : device_error());
     if (it->position != 0) {
-      source_.passed(it->position, ok);
+      source_.passed(it->position, ok);  // host readers of its buffers first: the data is there
     }
+    it->done(ok ? nullptr : device_error());
     it = watching.erase(it);
     ended = true;
   }

@@ -43,8 +43,9 @@ public:
   virtual void release(void* event) noexcept = 0;
   /// Called first on the poller's thread: a CUDA source sets the thread's device there.
   virtual void bind_thread() noexcept {}
-  /// Called on the poller's thread after it ended an op watched with a `position` (its place
-  /// on an in-order stream): `ok` if its event completed, false if the device failed.
+  /// Called on the poller's thread for an op watched with a `position` (its place on an
+  /// in-order stream), just before the poller ends it: `ok` if its event completed, false if
+  /// the device failed.
   virtual void passed(std::uint64_t /*position*/, bool /*ok*/) noexcept {}
 
 protected:
@@ -86,9 +87,9 @@ public:
 
   /// Ends `done` when `event` completes, after running `after`, or fails it when the device
   /// has failed (then at once, `event` released). After `shutdown`, fails it with
-  /// `errc::shutting_down`. A nonzero `position` is reported to the source's `passed` once the
-  /// op ended. Throws std::bad_alloc only when out of memory, with `done` then abandoned (its
-  /// op fails) and `after` run with `ok` false.
+  /// `errc::shutting_down`. A nonzero `position` is reported to the source's `passed` before
+  /// the op ends. Throws std::bad_alloc only when out of memory, with `done` then abandoned (its
+  /// op fails) and `event` and `after` left to the caller.
   void watch(void* event, op_completion done, std::uint64_t position = 0, after_event after = {});
   /// The device's error as an exception ("cotensor: device cuda:0 failed: ..."); call once
   /// `failed()`.

@@ -23,13 +23,22 @@ void fill(float* out, std::int64_t n, float value) {
   launch_fill(launch_here().stream, out, n, value);
 }
 
-// Same device, or another device (peer copy, after its writer: see order_after_writers).
+// Same device, or from another device (after its writer: order_after_writers_elsewhere), as a
+// peer copy: memory from a device's pool is not mapped for its peers, so the driver must stage
+// it when peer access is off, which cudaMemcpyPeerAsync does.
 void copy(const float* in, float* out, std::int64_t n) {
   launch& l = launch_here();
   if (n == 0) {
     return;
   }
-  COTENSOR_CUDA_CHECK(cudaMemcpyAsync(out, in, bytes_of(n), cudaMemcpyDefault, l.stream));
+  cudaPointerAttributes from{};
+  COTENSOR_CUDA_CHECK(cudaPointerGetAttributes(&from, in));
+  const int to = l.device->index();
+  if (from.device == to) {
+    COTENSOR_CUDA_CHECK(cudaMemcpyAsync(out, in, bytes_of(n), cudaMemcpyDeviceToDevice, l.stream));
+    return;
+  }
+  COTENSOR_CUDA_CHECK(cudaMemcpyPeerAsync(out, to, in, from.device, bytes_of(n), l.stream));
 }
 
 // A staged copy's block and, for a download, where its bytes go when the copy has landed.

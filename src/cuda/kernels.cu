@@ -119,21 +119,26 @@ constexpr int tile_rows = 8;
 __global__ void transpose_kernel(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
   __shared__ float block[tile][tile + 1];
   const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * tile;
-  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * tile;
-  for (int j = threadIdx.y; j < tile; j += tile_rows) {
-    const std::int64_t r = r0 + j;
-    const std::int64_t c = c0 + threadIdx.x;
-    if (r < rows && c < cols) {
-      block[j][threadIdx.x] = in[r * cols + c];
+  // Rows of tiles in a grid-stride loop: the grid's y extent is at most 65535. Every thread of
+  // a block takes the same trips, so the barriers are uniform.
+  for (std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * tile; r0 < rows;
+       r0 += static_cast<std::int64_t>(gridDim.y) * tile) {
+    for (int j = threadIdx.y; j < tile; j += tile_rows) {
+      const std::int64_t r = r0 + j;
+      const std::int64_t c = c0 + threadIdx.x;
+      if (r < rows && c < cols) {
+        block[j][threadIdx.x] = in[r * cols + c];
+      }
     }
-  }
-  __syncthreads();
-  for (int j = threadIdx.y; j < tile; j += tile_rows) {
-    const std::int64_t c = c0 + j;  // out's row
-    const std::int64_t r = r0 + threadIdx.x;
-    if (c < cols && r < rows) {
-      out[c * rows + r] = block[threadIdx.x][j];
+    __syncthreads();
+    for (int j = threadIdx.y; j < tile; j += tile_rows) {
+      const std::int64_t c = c0 + j;  // out's row
+      const std::int64_t r = r0 + threadIdx.x;
+      if (c < cols && r < rows) {
+        out[c * rows + r] = block[threadIdx.x][j];
+      }
     }
+    __syncthreads();  // the tile is read before the next trip overwrites it
   }
 }
 
@@ -285,9 +290,9 @@ void launch_transpose(
     return;
   }
   const std::int64_t gx = (cols + tile - 1) / tile;
-  const std::int64_t gy = (rows + tile - 1) / tile;
-  if (gy > 65535) {
-    throw std::invalid_argument("cotensor::transpose: more than 2097120 rows on a GPU");
+  const std::int64_t gy = std::min<std::int64_t>((rows + tile - 1) / tile, 65535);
+  if (gx > std::int64_t{0x7FFFFFFF}) {
+    throw std::invalid_argument("cotensor::transpose: more than 2^36 columns on a GPU");
   }
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
   const dim3 block(tile, tile_rows);

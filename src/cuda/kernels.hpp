@@ -13,7 +13,7 @@
 namespace cotensor::detail::cuda {
 
 /// The most dimensions a broadcasting op takes on a GPU.
-constexpr int max_rank = 8;
+constexpr int max_rank = gpu_max_broadcast_rank;
 
 /// An output's extents and each input's strides in its index space (0 where broadcast).
 struct broadcast_layout {

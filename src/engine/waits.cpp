@@ -83,7 +83,11 @@ public:
       target.complete(std::move(error));
       return;
     }
-    await_fence(d, fence, target);
+    try {
+      await_fence(d, fence, target);
+    } catch (...) {
+      target.complete(std::current_exception());  // out of memory for the queued wait
+    }
   }
 
 private:
