@@ -1,5 +1,6 @@
 #include "cuda/cuda_error.hpp"
 
+#include "cuda/blas.hpp"
 #include "cuda/event_pool.hpp"
 
 #include <doctest/doctest.h>
@@ -84,6 +85,14 @@ TEST_SUITE("cuda_error") {
     }
     CHECK_NOTHROW(COTENSOR_CUDA_CHECK(fine()));  // spent
     CHECK_FALSE(cotensor::detail::faults::enabled());
+  }
+
+  TEST_CASE("cuBLAS is loaded on first use, with every entry point the backend calls") {
+    // The toolkit this build was made with has it: found on the loader's path or beside it.
+    const cuda::blas_api& api = cuda::cublas();
+    CHECK(static_cast<bool>(api.create));
+    CHECK(static_cast<bool>(api.sgemm));
+    CHECK(&cuda::cublas() == &api);  // loaded once
   }
 
   TEST_CASE("the event pool makes its events through CUDA, and reports CUDA's error") {

@@ -2,12 +2,12 @@
 
 #include "cotensor/error.hpp"
 
+#include "cuda/blas.hpp"
 #include "cuda/cuda_error.hpp"
 #include "engine/backend.hpp"
 #include "engine/op_node.hpp"
 
 #include <bit>
-#include <cublas_v2.h>
 #include <new>
 #include <string>
 #include <utility>
@@ -122,13 +122,14 @@ device_context::device_context(int index, const runtime_options& options)
     COTENSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
     COTENSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
     COTENSOR_CUDA_CHECK(cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming));
-    COTENSOR_CUBLAS_CHECK(cublasCreate(&blas_));
-    COTENSOR_CUBLAS_CHECK(cublasSetStream(blas_, compute_));
+    const blas_api& cublas = cuda::cublas();  // loaded with the first device
+    COTENSOR_CUBLAS_CHECK(cublas.create(&blas_));
+    COTENSOR_CUBLAS_CHECK(cublas.set_stream(blas_, compute_));
     COTENSOR_CUDA_CHECK(cudaMalloc(&blas_workspace_, blas_workspace_bytes));
-    COTENSOR_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_, blas_workspace_bytes));
+    COTENSOR_CUBLAS_CHECK(cublas.set_workspace(blas_, blas_workspace_, blas_workspace_bytes));
     // FP32 stays FP32 unless the user opts in to TF32 (as PyTorch since 1.12).
-    COTENSOR_CUBLAS_CHECK(cublasSetMathMode(blas_, options.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                      : CUBLAS_DEFAULT_MATH));
+    COTENSOR_CUBLAS_CHECK(cublas.set_math_mode(
+        blas_, options.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     {
       std::lock_guard lock(contexts_mutex);
       live_contexts().push_back(this);
@@ -149,7 +150,7 @@ device_context::device_context(int index, const runtime_options& options)
 
 void device_context::destroy_handles() noexcept {
   if (blas_ != nullptr) {
-    cublasDestroy(blas_);
+    cublas().destroy(blas_);  // loaded: the handle exists
   }
   for (cudaStream_t s : {compute_, h2d_, d2h_}) {
     if (s != nullptr) {

@@ -3,13 +3,13 @@
 // stream has done it. Host↔device copies go through pinned staging blocks on the copy
 // streams, ordered after the compute stream's work by an event.
 
+#include "cuda/blas.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_error.hpp"
 #include "cuda/device_context.hpp"
 #include "cuda/kernels.hpp"
 
 #include <cstring>
-#include <cublas_v2.h>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -166,9 +166,9 @@ void matmul(
   }
   const float one = 1.0F;
   const float zero = 0.0F;
-  COTENSOR_CUBLAS_CHECK(cublasSgemm(l.device->blas(), CUBLAS_OP_N, CUBLAS_OP_N, blas_int(n),
-                                    blas_int(m), blas_int(k), &one, b, blas_int(n), a, blas_int(k),
-                                    &zero, c, blas_int(n)));
+  COTENSOR_CUBLAS_CHECK(cublas().sgemm(l.device->blas(), CUBLAS_OP_N, CUBLAS_OP_N, blas_int(n),
+                                       blas_int(m), blas_int(k), &one, b, blas_int(n), a,
+                                       blas_int(k), &zero, c, blas_int(n)));
 }
 
 void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
