@@ -163,6 +163,33 @@ __global__ void sum_axis_kernel(const float* in,
   }
 }
 
+// Sums along the last axis (inner = 1) of few long rows: one block per row, its threads
+// striding along the row in double, then a tree in shared memory (a fixed order: the same
+// bits every run).
+__global__ void sum_rows_kernel(const float* in, std::int64_t rows, std::int64_t extent,
+                                double scale, float* out) {
+  __shared__ double partial[threads];
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* p = in + row * extent;
+    double acc = 0.0;
+    for (std::int64_t a = threadIdx.x; a < extent; a += blockDim.x) {
+      acc += static_cast<double>(p[a]);
+    }
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    for (int half = threads / 2; half > 0; half /= 2) {
+      if (static_cast<int>(threadIdx.x) < half) {
+        partial[threadIdx.x] += partial[threadIdx.x + half];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      out[row] = static_cast<float>(partial[0] * scale);
+    }
+    __syncthreads();  // partial[0] read before the next row overwrites it
+  }
+}
+
 // One thread per Philox block: element e comes from block e / 4, as on the CPU.
 __global__ void randn_kernel(float* out,
                              std::int64_t n,
@@ -309,6 +336,14 @@ void launch_sum_axis(cudaStream_t stream,
                      float* out) {
   const std::int64_t n = outer * inner;
   if (n == 0) {
+    return;
+  }
+  // Long rows reduced along their length: a block per row, else a thread per output element
+  // (coalesced across `inner`).
+  if (inner == 1 && extent >= 4 * threads && outer < 64 * 1024) {
+    const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(outer, 65535));
+    sum_rows_kernel<<<blocks, threads, 0, stream>>>(in, outer, extent, scale, out);
+    check_launch("sum_rows_kernel");
     return;
   }
   sum_axis_kernel<<<blocks_for(n), threads, 0, stream>>>(in, outer, extent, inner, scale, out);
