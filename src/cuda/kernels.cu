@@ -227,6 +227,26 @@ void with_binary(binary_op op, F&& f) {
   }
 }
 
+template <class F>
+void with_unary(unary_op op, F&& f) {
+  switch (op) {
+  case unary_op::neg:
+    return f.template operator()<unary_op::neg>();
+  case unary_op::relu:
+    return f.template operator()<unary_op::relu>();
+  case unary_op::exp:
+    return f.template operator()<unary_op::exp>();
+  case unary_op::log:
+    return f.template operator()<unary_op::log>();
+  case unary_op::sqrt:
+    return f.template operator()<unary_op::sqrt>();
+  case unary_op::tanh:
+    return f.template operator()<unary_op::tanh>();
+  case unary_op::sigmoid:
+    return f.template operator()<unary_op::sigmoid>();
+  }
+}
+
 }  // namespace
 
 void launch_fill(cudaStream_t stream, float* out, std::int64_t n, float value) {
@@ -284,30 +304,9 @@ void launch_unary(cudaStream_t stream, unary_op op, const float* in, float* out,
   if (n == 0) {
     return;
   }
-  const unsigned blocks = blocks_for(n);
-  switch (op) {
-  case unary_op::neg:
-    unary_kernel<unary_op::neg><<<blocks, threads, 0, stream>>>(in, out, n);
-    break;
-  case unary_op::relu:
-    unary_kernel<unary_op::relu><<<blocks, threads, 0, stream>>>(in, out, n);
-    break;
-  case unary_op::exp:
-    unary_kernel<unary_op::exp><<<blocks, threads, 0, stream>>>(in, out, n);
-    break;
-  case unary_op::log:
-    unary_kernel<unary_op::log><<<blocks, threads, 0, stream>>>(in, out, n);
-    break;
-  case unary_op::sqrt:
-    unary_kernel<unary_op::sqrt><<<blocks, threads, 0, stream>>>(in, out, n);
-    break;
-  case unary_op::tanh:
-    unary_kernel<unary_op::tanh><<<blocks, threads, 0, stream>>>(in, out, n);
-    break;
-  case unary_op::sigmoid:
-    unary_kernel<unary_op::sigmoid><<<blocks, threads, 0, stream>>>(in, out, n);
-    break;
-  }
+  with_unary(op, [&]<unary_op Op>() {
+    unary_kernel<Op><<<blocks_for(n), threads, 0, stream>>>(in, out, n);
+  });
   check_launch("unary_kernel");
 }
 
