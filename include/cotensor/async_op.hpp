@@ -56,7 +56,9 @@ private:
 /// `errc::op_abandoned`, so a lost completion never hangs a waiter. Move-only.
 class async_op_done {
 public:
+  /// Moves the obligation to end the op; `other` is left empty (destroying it does nothing).
   async_op_done(async_op_done&&) noexcept = default;
+  /// Moves the obligation to end the op, as the move constructor.
   async_op_done& operator=(async_op_done&&) noexcept = default;
   async_op_done(const async_op_done&) = delete;
   async_op_done& operator=(const async_op_done&) = delete;

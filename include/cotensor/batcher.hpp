@@ -243,8 +243,11 @@ public:
   /// Counters and the current queue depth. Thread safety: any thread.
   batcher_stats stats() const;
 
+  /// Floats per input row, as given at construction.
   std::size_t in_width() const noexcept;
+  /// Floats per output row, as given at construction.
   std::size_t out_width() const noexcept;
+  /// The options given at construction.
   const batcher_options& options() const noexcept;
 
 private:

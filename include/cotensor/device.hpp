@@ -25,8 +25,8 @@ struct device {
   /// The GPU with ordinal `index` (0-based).
   static constexpr device cuda(int index = 0) noexcept { return device{kind::cuda, index}; }
 
-  kind type = kind::cpu;
-  int index = 0;
+  kind type = kind::cpu;  ///< CPU or CUDA
+  int index = 0;          ///< the device's ordinal within its kind (0 for the CPU)
 
   /// True for `device::cpu()`.
   constexpr bool is_cpu() const noexcept { return type == kind::cpu; }

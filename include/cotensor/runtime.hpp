@@ -64,7 +64,7 @@ struct runtime_stats {
   /// Ops holding room in flight: issued and not yet ended, less the ops run at their call
   /// and the `async_op`s whose start has returned (they wait outside the engine).
   std::size_t in_flight = 0;
-  std::size_t peak_in_flight = 0;
+  std::size_t peak_in_flight = 0;     ///< the most `in_flight` has been
   std::uint64_t admission_waits = 0;  ///< times an issuing thread found the queue full
   /// Of those, times the thread ran an Asio event loop and so was admitted over the bound
   /// instead of blocked: its next cotensor async wait waits for room as well.
@@ -90,6 +90,7 @@ struct runtime_stats {
 /// runtimes while no other thread issues ops; everything else may be called from any thread.
 class runtime {
 public:
+  /// Starts a runtime with `options` (workers, engine) and makes it current.
   explicit runtime(runtime_options options = runtime_options::from_environment());
   runtime(const runtime&) = delete;
   runtime& operator=(const runtime&) = delete;
@@ -98,12 +99,14 @@ public:
   /// The current runtime, starting the default one on first use.
   static runtime& current();
 
+  /// The options it was started with.
   const runtime_options& options() const noexcept;
+  /// Its counters now (a snapshot). Thread safety: any thread.
   runtime_stats stats() const noexcept;
   /// The number of backend worker threads.
   unsigned worker_threads() const noexcept;
 
-  // For cotensor's own implementation.
+  /// Internal: the engine, for cotensor's own implementation; not part of the API.
   detail::engine& engine() noexcept { return *engine_; }
 
 private:

@@ -17,15 +17,23 @@ namespace cotensor {
 /// negative extent throws `std::invalid_argument`.
 class shape {
 public:
+  /// The most extents stored without a heap allocation.
   static constexpr std::size_t inline_rank = 6;
 
+  /// The rank-0 shape: one element.
   shape() noexcept = default;
+  /// A shape with these extents, outermost first: `shape{2, 3}` is 2 rows of 3.
   shape(std::initializer_list<std::int64_t> extents);
+  /// A shape with these extents, outermost first.
   explicit shape(std::span<const std::int64_t> extents);
 
+  /// Copies the extents.
   shape(const shape& other);
+  /// Copies the extents.
   shape& operator=(const shape& other);
+  /// Moves the extents; `other` is left valid but unspecified.
   shape(shape&& other) noexcept = default;
+  /// Moves the extents; `other` is left valid but unspecified.
   shape& operator=(shape&& other) noexcept = default;
   ~shape() = default;
 

@@ -121,8 +121,10 @@ public:
   /// In place: divides every element by `rhs`.
   tensor& operator/=(float rhs);
 
-  // For cotensor's own implementation: a tensor made from a buffer.
+  /// Internal: a tensor made from a buffer, for cotensor's own implementation; not part of
+  /// the API.
   tensor(std::shared_ptr<detail::storage> storage, cotensor::shape s) noexcept;
+  /// Internal: the buffer, for cotensor's own implementation; not part of the API.
   const std::shared_ptr<detail::storage>& storage() const noexcept { return storage_; }
 
 private:

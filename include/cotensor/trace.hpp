@@ -33,18 +33,18 @@ struct traced_op {
 
 /// One wait as the engine saw it: a thread or coroutine suspended until a value was ready.
 struct traced_wait {
-  std::string kind;     ///< `wait`, `wait_all`, `async_wait`, ...
-  int thread = 0;       ///< small index of the thread that waited (or initiated)
-  int resumed_on = -1;  ///< small index of the thread it resumed on
-  std::int64_t suspended = 0;
-  std::int64_t resumed = -1;  ///< -1 if it never resumed while recording
+  std::string kind;            ///< `wait`, `wait_all`, `async_wait`, ...
+  int thread = 0;              ///< small index of the thread that waited (or initiated)
+  int resumed_on = -1;         ///< small index of the thread it resumed on
+  std::int64_t suspended = 0;  ///< when it suspended (ns since the trace started)
+  std::int64_t resumed = -1;   ///< -1 if it never resumed while recording
 };
 
 /// What the engine recorded between `start_trace()` and `stop_trace()`.
 class trace {
 public:
-  std::vector<traced_op> ops;
-  std::vector<traced_wait> waits;
+  std::vector<traced_op> ops;             ///< every op issued while recording, in issue order
+  std::vector<traced_wait> waits;         ///< every wait that suspended while recording
   std::vector<std::string> thread_names;  ///< by index: `frontend 0`, `worker 1`, ...
 
   /// The dependency graph as Graphviz DOT: ops and buffers as nodes, reads and writes as edges.
