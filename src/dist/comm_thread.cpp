@@ -171,7 +171,8 @@ bool comm_state::drained() const {
     std::lock_guard lock(const_cast<std::mutex&>(issue_mu_));
     issued = issued_;
   }
-  return next_start_ == issued && in_flight_.empty() && ready_.empty() && incoming_.empty();
+  return next_start_ == issued && in_flight_.empty() && zombies_.empty() && ready_.empty() &&
+         incoming_.empty();
 }
 
 void comm_state::run() {
