@@ -131,8 +131,8 @@ int main(int argc, char** argv) {
       const float theirs = all[static_cast<std::size_t>(r * features + f)];
       const auto i = static_cast<std::size_t>(f);
       if (theirs != mine[i]) {
-        std::fprintf(stderr, "rank %d: weight %d differs from rank %d's: %g vs %g\n", rank, f,
-                     r, static_cast<double>(mine[i]), static_cast<double>(theirs));
+        std::fprintf(stderr, "rank %d: weight %d differs from rank %d's: %g vs %g\n", rank, f, r,
+                     static_cast<double>(mine[i]), static_cast<double>(theirs));
         ok = false;
       }
       if (std::fabs(mine[i] - single[i]) > 1e-4F * (1.0F + std::fabs(single[i]))) {

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <utility>
 
 namespace cotensor::dist {
 
@@ -99,7 +100,8 @@ enum class reduce_op { sum, avg, max, min };
 
 /// Combines `t` across the group, in place: afterwards every rank holds the elementwise
 /// `op` of every rank's `t`. Reads and writes `t`. Every rank passes the same element count.
-void all_reduce(tensor& t, reduce_op op = reduce_op::sum,
+void all_reduce(tensor& t,
+                reduce_op op = reduce_op::sum,
                 const communicator& c = communicator::world());
 
 /// Copies rank `root`'s `t` into `t` on every other rank. Reads and writes `t` (written on
@@ -114,7 +116,8 @@ tensor all_gather(const tensor& t, const communicator& c = communicator::world()
 /// first dimension divided by the group's size, and holds rank r's slice of the reduction.
 /// Reads `t`; writes the result. `t`'s first dimension must divide by the size (else
 /// std::invalid_argument); every rank passes the same shape.
-tensor reduce_scatter(const tensor& t, reduce_op op = reduce_op::sum,
+tensor reduce_scatter(const tensor& t,
+                      reduce_op op = reduce_op::sum,
                       const communicator& c = communicator::world());
 
 /// Sends `t`'s elements to rank `dest`, matched by a `recv` there with this rank as source and

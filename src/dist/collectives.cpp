@@ -1,9 +1,8 @@
 // The frontend of the collectives: validation at the call, a sequence number, an engine op
 // whose start hands the request to the communicator's thread.
 
-#include "cotensor/distributed.hpp"
-
 #include "cotensor/async_op.hpp"
+#include "cotensor/distributed.hpp"
 
 #include "dist/comm_state.hpp"
 #include "frontend.hpp"
@@ -65,17 +64,17 @@ public:
   void operator()(async_op_context& ctx, async_op_done done) {
     auto r = std::move(r_);
     switch (r->kind) {
-      case op_kind::all_gather:
-      case op_kind::reduce_scatter:
-        r->in = ctx.read(0).data();
-        r->out = ctx.write(0).data();
-        break;
-      case op_kind::send:
-        r->in = ctx.read(0).data();
-        break;
-      default:  // in place, or into t
-        r->out = ctx.write(0).data();
-        break;
+    case op_kind::all_gather:
+    case op_kind::reduce_scatter:
+      r->in = ctx.read(0).data();
+      r->out = ctx.write(0).data();
+      break;
+    case op_kind::send:
+      r->in = ctx.read(0).data();
+      break;
+    default:  // in place, or into t
+      r->out = ctx.write(0).data();
+      break;
     }
     r->done = std::move(done);
     state_->post(std::move(r));
@@ -132,9 +131,9 @@ tensor reduce_scatter(const tensor& t, reduce_op op, const communicator& c) {
   const char* what = "dist::reduce_scatter";
   check_tensor(what, t);
   if (t.rank() == 0 || t.shape()[0] % c.size() != 0) {
-    cotensor::detail::throw_invalid(what, "the first dimension of shape " +
-                                              t.shape().to_string() + " does not divide by " +
-                                              std::to_string(c.size()) + " ranks");
+    cotensor::detail::throw_invalid(what, "the first dimension of shape " + t.shape().to_string() +
+                                              " does not divide by " + std::to_string(c.size()) +
+                                              " ranks");
   }
   std::vector<std::int64_t> extents(t.shape().extents().begin(), t.shape().extents().end());
   extents[0] /= c.size();

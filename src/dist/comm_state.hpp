@@ -18,8 +18,6 @@
 #include "cotensor/distributed.hpp"
 #include "cotensor/tensor.hpp"
 
-#include <mpi.h>
-
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -31,6 +29,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <mpi.h>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -59,9 +58,7 @@ enum class op_kind : std::uint8_t {
   split
 };
 const char* kind_name(op_kind k) noexcept;
-inline bool is_collective(op_kind k) noexcept {
-  return k != op_kind::send && k != op_kind::recv;
-}
+inline bool is_collective(op_kind k) noexcept { return k != op_kind::send && k != op_kind::recv; }
 
 class comm_state;
 
@@ -73,12 +70,12 @@ struct request {
   reduce_op op = reduce_op::sum;
   int peer = 0;  // root, dest or source
   int tag = 0;
-  int count = 0;  // elements per rank: t.numel(), reduce_scatter's block
+  int count = 0;              // elements per rank: t.numel(), reduce_scatter's block
   const float* in = nullptr;  // null: in place on `out`
   float* out = nullptr;
   std::optional<cotensor::async_op_done> done;  // empty for a phantom
-  std::vector<float> scratch;    // a phantom's buffers
-  std::vector<tensor> keep;      // the tensors MPI touches, alive while it may (timeouts)
+  std::vector<float> scratch;                   // a phantom's buffers
+  std::vector<tensor> keep;  // the tensors MPI touches, alive while it may (timeouts)
   // split
   int color = 0;
   int key = 0;
@@ -106,8 +103,8 @@ struct request {
 class comm_state : public std::enable_shared_from_this<comm_state> {
 public:
   /// Takes `comm` (MPI_COMM_WORLD or a split), whose rank and size are given.
-  comm_state(MPI_Comm comm, int rank, int size, bool check, clock::duration timeout,
-             bool owns_comm);
+  comm_state(
+      MPI_Comm comm, int rank, int size, bool check, clock::duration timeout, bool owns_comm);
   comm_state(const comm_state&) = delete;
   comm_state& operator=(const comm_state&) = delete;
   ~comm_state();
@@ -157,7 +154,7 @@ private:
   std::atomic<bool> broken_{false};
   std::exception_ptr broken_error_;  // set once, before broken_
 
-  std::mutex issue_mu_;
+  mutable std::mutex issue_mu_;
   std::uint64_t issued_ = 0;       // sequence numbers handed out
   std::uint64_t coll_issued_ = 0;  // ... to collectives
 

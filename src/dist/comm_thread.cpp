@@ -15,13 +15,13 @@ namespace {
 
 MPI_Op mpi_op(reduce_op op) noexcept {
   switch (op) {
-    case reduce_op::max:
-      return MPI_MAX;
-    case reduce_op::min:
-      return MPI_MIN;
-    case reduce_op::sum:
-    case reduce_op::avg:
-      break;
+  case reduce_op::max:
+    return MPI_MAX;
+  case reduce_op::min:
+    return MPI_MIN;
+  case reduce_op::sum:
+  case reduce_op::avg:
+    break;
   }
   return MPI_SUM;  // avg: the sum, divided by the size when it completes
 }
@@ -52,20 +52,20 @@ constexpr auto last_sleep = std::chrono::microseconds(1000);
 
 const char* kind_name(op_kind k) noexcept {
   switch (k) {
-    case op_kind::all_reduce:
-      return "all_reduce";
-    case op_kind::broadcast:
-      return "broadcast";
-    case op_kind::all_gather:
-      return "all_gather";
-    case op_kind::reduce_scatter:
-      return "reduce_scatter";
-    case op_kind::send:
-      return "send";
-    case op_kind::recv:
-      return "recv";
-    case op_kind::split:
-      return "split";
+  case op_kind::all_reduce:
+    return "all_reduce";
+  case op_kind::broadcast:
+    return "broadcast";
+  case op_kind::all_gather:
+    return "all_gather";
+  case op_kind::reduce_scatter:
+    return "reduce_scatter";
+  case op_kind::send:
+    return "send";
+  case op_kind::recv:
+    return "recv";
+  case op_kind::split:
+    return "split";
   }
   return "?";
 }
@@ -74,33 +74,33 @@ void request::make_phantom(int size) {
   const auto n = static_cast<std::size_t>(count);
   const auto ranks = static_cast<std::size_t>(size);
   switch (kind) {
-    case op_kind::all_gather:
-      scratch.assign(n + n * ranks, 0.0F);
-      in = scratch.data();
-      out = scratch.data() + n;
-      break;
-    case op_kind::reduce_scatter:
-      scratch.assign(n * ranks + n, 0.0F);
-      in = scratch.data();
-      out = scratch.data() + n * ranks;
-      break;
-    case op_kind::send:
-      scratch.assign(n, 0.0F);
-      in = scratch.data();
-      out = nullptr;
-      break;
-    default:  // in place, or into `out`
-      scratch.assign(n, 0.0F);
-      in = nullptr;
-      out = scratch.data();
-      break;
+  case op_kind::all_gather:
+    scratch.assign(n + n * ranks, 0.0F);
+    in = scratch.data();
+    out = scratch.data() + n;
+    break;
+  case op_kind::reduce_scatter:
+    scratch.assign(n * ranks + n, 0.0F);
+    in = scratch.data();
+    out = scratch.data() + n * ranks;
+    break;
+  case op_kind::send:
+    scratch.assign(n, 0.0F);
+    in = scratch.data();
+    out = nullptr;
+    break;
+  default:  // in place, or into `out`
+    scratch.assign(n, 0.0F);
+    in = nullptr;
+    out = scratch.data();
+    break;
   }
   keep.clear();
   done.reset();
 }
 
-comm_state::comm_state(MPI_Comm comm, int rank, int size, bool check, clock::duration timeout,
-                       bool owns_comm)
+comm_state::comm_state(
+    MPI_Comm comm, int rank, int size, bool check, clock::duration timeout, bool owns_comm)
     : comm_(comm), rank_(rank), size_(size), check_(check), owns_comm_(owns_comm),
       timeout_(timeout.count()) {}
 
@@ -168,7 +168,7 @@ void comm_state::stop() {
 bool comm_state::drained() const {
   std::uint64_t issued = 0;
   {
-    std::lock_guard lock(const_cast<std::mutex&>(issue_mu_));
+    std::lock_guard lock(issue_mu_);
     issued = issued_;
   }
   return next_start_ == issued && in_flight_.empty() && zombies_.empty() && ready_.empty() &&
@@ -281,8 +281,8 @@ void comm_state::start(std::unique_ptr<request> r) {
       return;
     }
     try {
-      auto child = std::make_shared<comm_state>(
-          out, rank, size, check_, clock::duration(timeout_.load()), true);
+      auto child = std::make_shared<comm_state>(out, rank, size, check_,
+                                                clock::duration(timeout_.load()), true);
       child->start_thread(nullptr, [out]() mutable {
         std::lock_guard lock(mpi_lock());
         MPI_Comm_free(&out);
@@ -334,39 +334,37 @@ void comm_state::start_mpi(request& r) {
   {
     std::lock_guard lock(mpi_lock());
     switch (r.kind) {
-      case op_kind::all_reduce:
-        r.call = "MPI_Iallreduce";
-        rc = MPI_Iallreduce(MPI_IN_PLACE, r.out, r.count, MPI_FLOAT, mpi_op(r.op), comm_, &req);
-        break;
-      case op_kind::broadcast:
-        r.call = "MPI_Ibcast";
-        rc = MPI_Ibcast(r.out, r.count, MPI_FLOAT, r.peer, comm_, &req);
-        break;
-      case op_kind::all_gather:
-        r.call = "MPI_Iallgather";
-        rc = MPI_Iallgather(r.in, r.count, MPI_FLOAT, r.out, r.count, MPI_FLOAT, comm_, &req);
-        break;
-      case op_kind::reduce_scatter:
-        r.call = "MPI_Ireduce_scatter_block";
-        rc = MPI_Ireduce_scatter_block(r.in, r.out, r.count, MPI_FLOAT, mpi_op(r.op), comm_,
-                                       &req);
-        break;
-      case op_kind::send:
-        r.call = "MPI_Isend";
-        rc = MPI_Isend(r.in, r.count, MPI_FLOAT, r.peer, r.tag, comm_, &req);
-        break;
-      case op_kind::recv:
-        r.call = "MPI_Irecv";
-        rc = MPI_Irecv(r.out, r.count, MPI_FLOAT, r.peer, r.tag, comm_, &req);
-        break;
-      case op_kind::split:
-        break;
+    case op_kind::all_reduce:
+      r.call = "MPI_Iallreduce";
+      rc = MPI_Iallreduce(MPI_IN_PLACE, r.out, r.count, MPI_FLOAT, mpi_op(r.op), comm_, &req);
+      break;
+    case op_kind::broadcast:
+      r.call = "MPI_Ibcast";
+      rc = MPI_Ibcast(r.out, r.count, MPI_FLOAT, r.peer, comm_, &req);
+      break;
+    case op_kind::all_gather:
+      r.call = "MPI_Iallgather";
+      rc = MPI_Iallgather(r.in, r.count, MPI_FLOAT, r.out, r.count, MPI_FLOAT, comm_, &req);
+      break;
+    case op_kind::reduce_scatter:
+      r.call = "MPI_Ireduce_scatter_block";
+      rc = MPI_Ireduce_scatter_block(r.in, r.out, r.count, MPI_FLOAT, mpi_op(r.op), comm_, &req);
+      break;
+    case op_kind::send:
+      r.call = "MPI_Isend";
+      rc = MPI_Isend(r.in, r.count, MPI_FLOAT, r.peer, r.tag, comm_, &req);
+      break;
+    case op_kind::recv:
+      r.call = "MPI_Irecv";
+      rc = MPI_Irecv(r.out, r.count, MPI_FLOAT, r.peer, r.tag, comm_, &req);
+      break;
+    case op_kind::split:
+      break;
     }
   }
   if (rc != MPI_SUCCESS) {
     // The caller still owns `r` by unique_ptr: build the error, complete, mark not started.
-    auto error = mpi_error(rc, std::string("cotensor::dist::") + kind_name(r.kind) + ": " +
-                                   r.call);
+    auto error = mpi_error(rc, std::string("cotensor::dist::") + kind_name(r.kind) + ": " + r.call);
     r.complete(error);
     r.call = nullptr;
     return;
@@ -428,9 +426,9 @@ bool comm_state::test_in_flight() {
       int got = 0;
       MPI_Get_count(&statuses[static_cast<std::size_t>(k)], MPI_FLOAT, &got);
       if (got != r->count) {
-        error = std::make_exception_ptr(std::runtime_error(
-            "cotensor::dist::recv: received " + std::to_string(got) + " elements, expected " +
-            std::to_string(r->count)));
+        error = std::make_exception_ptr(
+            std::runtime_error("cotensor::dist::recv: received " + std::to_string(got) +
+                               " elements, expected " + std::to_string(r->count)));
       }
     }
     done.emplace_back(std::move(r), error);
@@ -517,8 +515,8 @@ void comm_state::check_timeouts() {
            << std::chrono::duration_cast<std::chrono::milliseconds>(
                   clock::duration(timeout_.load()))
                   .count()
-           << " ms (" << (r->checking ? "MPI_Iallgather (check)" : r->call) << ", rank "
-           << rank_ << " of " << size_ << "); the communicator is broken";
+           << " ms (" << (r->checking ? "MPI_Iallgather (check)" : r->call) << ", rank " << rank_
+           << " of " << size_ << "); the communicator is broken";
       mark_broken(timed_out(what.str()));
       break_all(broken_error_);
       return;

@@ -35,8 +35,7 @@ clock::duration timeout_from_env() {
     char* end = nullptr;
     const double seconds = std::strtod(s, &end);
     if (end != s && seconds > 0) {
-      return std::chrono::duration_cast<clock::duration>(
-          std::chrono::duration<double>(seconds));
+      return std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
     }
   }
   return std::chrono::seconds(300);
