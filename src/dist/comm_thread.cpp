@@ -217,7 +217,8 @@ void comm_state::run() {
       sleep = first_sleep;
     } else if (++idle_rounds > spin_rounds) {
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, sleep, [this] { return !incoming_.empty() || stopping_; });
+      // Not woken by stopping_: a drain with work in flight backs off like any other wait.
+      cv_.wait_for(lock, sleep, [this] { return !incoming_.empty(); });
       sleep = std::min<std::chrono::microseconds>(sleep * 2, last_sleep);
     } else {
       std::this_thread::yield();
