@@ -12,6 +12,7 @@ packages=(
   librandom123-dev                # Philox counter-based random numbers
   doctest-dev                     # unit tests
   libbenchmark-dev                # engine micro-benchmarks
+  libopenmpi-dev openmpi-bin      # Open MPI: collectives as engine ops (COTENSOR_WITH_MPI)
 )
 
 missing=()

@@ -17,3 +17,7 @@
 #include "cotensor/tensor.hpp"
 #include "cotensor/trace.hpp"
 #include "cotensor/wait.hpp"
+
+#if COTENSOR_WITH_MPI
+#include "cotensor/distributed.hpp"
+#endif

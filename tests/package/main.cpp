@@ -25,6 +25,17 @@ int main() {
       asio::detached);
   io.run();
   cotensor::wait_all();
+#if COTENSOR_WITH_MPI
+  // The collectives link with neither MPI's headers nor its CMake package: run as a singleton
+  // (no mpirun), one process is its own group.
+  auto world = cotensor::dist::communicator::world();
+  auto g = cotensor::full({3}, 2.0F);
+  cotensor::dist::all_reduce(g, cotensor::dist::reduce_op::avg);
+  if (world.size() != 1 || g.sum().item() != 6.0F) {
+    std::fprintf(stderr, "consumer: all_reduce on one process gave %f\n", g.sum().item());
+    return 1;
+  }
+#endif
   std::ostringstream printed;
   printed << z;
   if (total != 30.0F || printed.str().find("[5, 5, 5]") == std::string::npos) {

@@ -1,0 +1,131 @@
+#pragma once
+
+// Collectives and point-to-point transfers between processes, as engine ops, on MPI.
+// Built only with COTENSOR_WITH_MPI (cotensor/config.hpp).
+
+#include "cotensor/config.hpp"
+
+#include "cotensor/tensor.hpp"
+
+#include <chrono>
+#include <memory>
+#include <utility>
+
+namespace cotensor::dist {
+
+namespace detail {
+class comm_state;
+}  // namespace detail
+
+/// A group of processes that talk to each other: MPI_COMM_WORLD, or a split of it.
+///
+/// Each communicator has one communication thread, which makes every MPI call for it: it
+/// starts the collectives in the order they were issued (never in the order their inputs
+/// became ready, so every rank starts them in the same order), keeps several in flight and
+/// invokes their completions. Ops issued on one communicator from several threads at once are
+/// ordered by whichever call comes first: issue collectives from one thread, or order the
+/// threads yourself, as MPI demands.
+///
+/// Errors: an MPI failure fails the op with `std::system_error` naming MPI's message. An op not
+/// complete within the communicator's timeout (`set_timeout`; initially `COTENSOR_DIST_TIMEOUT_S`
+/// seconds from the environment, 300 without it) fails with `std::errc::timed_out` and marks
+/// the communicator broken: every later op on it fails at once with the same error. With
+/// `COTENSOR_DIST_CHECK=1` in the environment, each collective first all-gathers what every
+/// rank is about to start (its position, kind and size) and fails with a message naming the
+/// ranks that differ, instead of hanging.
+///
+/// Thread safety: a communicator is a cheap handle (copies share one group); every member
+/// may be called from any thread.
+class communicator {
+public:
+  /// Every process of the job (MPI_COMM_WORLD). The first call initialises MPI
+  /// (MPI_Init_thread, MPI_THREAD_SERIALIZED) and starts its communication thread; MPI is
+  /// finalised at exit, after every op issued on any communicator has ended. Throws
+  /// std::system_error if MPI cannot be initialised or provides less than
+  /// MPI_THREAD_SERIALIZED.
+  static communicator world();
+
+  /// This process's rank in the group, in [0, size()).
+  int rank() const noexcept;
+  /// The number of processes in the group.
+  int size() const noexcept;
+
+  /// A new group of the processes that pass the same `color`, ranked by `key` then by rank
+  /// here (MPI_Comm_split). A collective: every rank of this group must call it, in the same
+  /// order relative to this group's other collectives. Blocks until the group is made (after
+  /// the collectives issued on this communicator before it have started). Throws
+  /// std::system_error on an MPI error or on a broken communicator, std::invalid_argument for
+  /// a negative color.
+  communicator split(int color, int key) const;
+
+  /// Sets how long an op on this group may take once started before it fails with
+  /// `std::errc::timed_out` (and breaks the group). Applies to ops started from now on.
+  void set_timeout(std::chrono::milliseconds timeout) const;
+  /// True once an op on this group has timed out (or the group could not go on): later ops
+  /// fail at once.
+  bool broken() const noexcept;
+
+  /// For cotensor's own implementation.
+  explicit communicator(std::shared_ptr<detail::comm_state> state) noexcept
+      : state_(std::move(state)) {}
+  const std::shared_ptr<detail::comm_state>& state() const noexcept { return state_; }
+
+private:
+  std::shared_ptr<detail::comm_state> state_;
+};
+
+/// How `all_reduce` and `reduce_scatter` combine the ranks' values, elementwise. `avg` is the
+/// sum divided by the group's size.
+enum class reduce_op { sum, avg, max, min };
+
+// Every function below issues one engine op and returns at once. The op is ordered with the
+// ops around it by the tensors it touches, like any op, and awaited like any op (`co_await
+// t.ready()`, `wait`, `wait_all`, scopes).
+//
+// Completion: the op ends when its MPI operation has completed on this rank; its outputs are
+// then released to their readers and waiters resume on their own executors.
+//
+// Errors: bad arguments throw std::invalid_argument at the call, with nothing issued: an empty
+// tensor, a rank out of range, a tensor not on the CPU (GPU tensors need the NCCL path, not
+// built yet), a shape the op cannot split. A failure later fails the op and so every wait on
+// what it writes: an MPI error (std::system_error naming it), a timeout or a broken
+// communicator (std::system_error, std::errc::timed_out), a mismatch found by
+// COTENSOR_DIST_CHECK (std::runtime_error). An error in an input (from the op that computed
+// it) passes on to the outputs; the collective still takes part with this rank's buffer
+// zeroed, so that the other ranks do not hang.
+//
+// Cancellation: none: an op in flight runs to its end or its timeout.
+//
+// Thread safety: any thread; see `communicator` for ordering between threads.
+
+/// Combines `t` across the group, in place: afterwards every rank holds the elementwise
+/// `op` of every rank's `t`. Reads and writes `t`. Every rank passes the same element count.
+void all_reduce(tensor& t,
+                reduce_op op = reduce_op::sum,
+                const communicator& c = communicator::world());
+
+/// Copies rank `root`'s `t` into `t` on every other rank. Reads and writes `t` (written on
+/// the other ranks, read on the root). Every rank passes the same element count and root.
+void broadcast(tensor& t, int root, const communicator& c = communicator::world());
+
+/// A new tensor of shape `{size, t's shape...}` holding every rank's `t`, rank r's at index r.
+/// Reads `t`; writes the result. Every rank passes the same shape.
+tensor all_gather(const tensor& t, const communicator& c = communicator::world());
+
+/// The elementwise `op` of every rank's `t`, scattered: the result has `t`'s shape with the
+/// first dimension divided by the group's size, and holds rank r's slice of the reduction.
+/// Reads `t`; writes the result. `t`'s first dimension must divide by the size (else
+/// std::invalid_argument); every rank passes the same shape.
+tensor reduce_scatter(const tensor& t,
+                      reduce_op op = reduce_op::sum,
+                      const communicator& c = communicator::world());
+
+/// Sends `t`'s elements to rank `dest`, matched by a `recv` there with this rank as source and
+/// the same `tag` (non-negative). Reads `t`. Sends to one rank with one tag arrive in order.
+void send(const tensor& t, int dest, int tag, const communicator& c = communicator::world());
+
+/// Receives into `t` the elements of a `send` from rank `source` with tag `tag` (the sender
+/// sends exactly `t.numel()` elements; more is an MPI error). Writes `t`.
+void recv(tensor& t, int source, int tag, const communicator& c = communicator::world());
+
+}  // namespace cotensor::dist

@@ -1,0 +1,177 @@
+// The frontend of the collectives: validation at the call, a sequence number, an engine op
+// whose start hands the request to the communicator's thread.
+
+#include "cotensor/async_op.hpp"
+#include "cotensor/distributed.hpp"
+
+#include "dist/comm_state.hpp"
+#include "frontend.hpp"
+
+#include <climits>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cotensor::dist {
+
+namespace {
+
+using detail::op_kind;
+using detail::request;
+
+void check_tensor(const char* what, const tensor& t) {
+  cotensor::detail::checked(t, what);
+  if (!t.device().is_cpu()) {
+    std::ostringstream where;
+    where << t.device();
+    cotensor::detail::throw_invalid(
+        what, "a tensor on " + where.str() +
+                  ": GPU tensors need the NCCL path, which is not built yet (copy to the CPU "
+                  "with t.to(device::cpu()))");
+  }
+  if (t.numel() > INT_MAX) {
+    cotensor::detail::throw_invalid(what, "more than INT_MAX elements (MPI-3.1 counts are int)");
+  }
+}
+
+void check_rank(const char* what, const char* role, int r, const communicator& c) {
+  if (r < 0 || r >= c.size()) {
+    cotensor::detail::throw_invalid(what, std::string(role) + " " + std::to_string(r) +
+                                              " is not a rank of a group of " +
+                                              std::to_string(c.size()));
+  }
+}
+
+// Owns a request until the op's start hands it to the communication thread. A request never
+// handed over (the engine skipped the op for an error in its input, or issuing failed) goes
+// as a phantom on zeroed scratch buffers, so that the other ranks' collective still matches.
+class handoff {
+public:
+  handoff(std::shared_ptr<detail::comm_state> state, std::unique_ptr<request> r) noexcept
+      : state_(std::move(state)), r_(std::move(r)) {}
+  handoff(handoff&&) noexcept = default;
+  handoff& operator=(handoff&&) = delete;
+  handoff(const handoff&) = delete;
+  handoff& operator=(const handoff&) = delete;
+  ~handoff() {
+    if (r_) {
+      r_->make_phantom(state_->size());
+      state_->post(std::move(r_));
+    }
+  }
+
+  void operator()(async_op_context& ctx, async_op_done done) {
+    auto r = std::move(r_);
+    switch (r->kind) {
+    case op_kind::all_gather:
+    case op_kind::reduce_scatter:
+      r->in = ctx.read(0).data();
+      r->out = ctx.write(0).data();
+      break;
+    case op_kind::send:
+      r->in = ctx.read(0).data();
+      break;
+    default:  // in place, or into t
+      r->out = ctx.write(0).data();
+      break;
+    }
+    r->done = std::move(done);
+    state_->post(std::move(r));
+  }
+
+private:
+  std::shared_ptr<detail::comm_state> state_;
+  std::unique_ptr<request> r_;
+};
+
+std::unique_ptr<request> make_request(const communicator& c, op_kind kind, int count) {
+  auto r = std::make_unique<request>();
+  r->kind = kind;
+  r->count = count;
+  r->seq = c.state()->next_seq(detail::is_collective(kind), r->coll_seq);
+  return r;
+}
+
+}  // namespace
+
+void all_reduce(tensor& t, reduce_op op, const communicator& c) {
+  const char* what = "dist::all_reduce";
+  check_tensor(what, t);
+  auto r = make_request(c, op_kind::all_reduce, static_cast<int>(t.numel()));
+  r->op = op;
+  r->keep = {t};
+  async_op(what, {}, {t}, handoff(c.state(), std::move(r)));
+}
+
+void broadcast(tensor& t, int root, const communicator& c) {
+  const char* what = "dist::broadcast";
+  check_tensor(what, t);
+  check_rank(what, "root", root, c);
+  auto r = make_request(c, op_kind::broadcast, static_cast<int>(t.numel()));
+  r->peer = root;
+  r->keep = {t};
+  async_op(what, {}, {t}, handoff(c.state(), std::move(r)));
+}
+
+tensor all_gather(const tensor& t, const communicator& c) {
+  const char* what = "dist::all_gather";
+  check_tensor(what, t);
+  std::vector<std::int64_t> extents{c.size()};
+  extents.insert(extents.end(), t.shape().extents().begin(), t.shape().extents().end());
+  const shape s{std::span<const std::int64_t>(extents)};
+  tensor out(cotensor::detail::allocate(what, s, t.device()), s);
+  auto r = make_request(c, op_kind::all_gather, static_cast<int>(t.numel()));
+  r->keep = {t, out};
+  async_op(what, {t}, {out}, handoff(c.state(), std::move(r)));
+  return out;
+}
+
+tensor reduce_scatter(const tensor& t, reduce_op op, const communicator& c) {
+  const char* what = "dist::reduce_scatter";
+  check_tensor(what, t);
+  if (t.rank() == 0 || t.shape()[0] % c.size() != 0) {
+    cotensor::detail::throw_invalid(what, "the first dimension of shape " + t.shape().to_string() +
+                                              " does not divide by " + std::to_string(c.size()) +
+                                              " ranks");
+  }
+  std::vector<std::int64_t> extents(t.shape().extents().begin(), t.shape().extents().end());
+  extents[0] /= c.size();
+  const shape s{std::span<const std::int64_t>(extents)};
+  tensor out(cotensor::detail::allocate(what, s, t.device()), s);
+  auto r = make_request(c, op_kind::reduce_scatter, static_cast<int>(s.numel()));
+  r->op = op;
+  r->keep = {t, out};
+  async_op(what, {t}, {out}, handoff(c.state(), std::move(r)));
+  return out;
+}
+
+void send(const tensor& t, int dest, int tag, const communicator& c) {
+  const char* what = "dist::send";
+  check_tensor(what, t);
+  check_rank(what, "dest", dest, c);
+  if (tag < 0) {
+    cotensor::detail::throw_invalid(what, "negative tag " + std::to_string(tag));
+  }
+  auto r = make_request(c, op_kind::send, static_cast<int>(t.numel()));
+  r->peer = dest;
+  r->tag = tag;
+  r->keep = {t};
+  async_op(what, {t}, {}, handoff(c.state(), std::move(r)));
+}
+
+void recv(tensor& t, int source, int tag, const communicator& c) {
+  const char* what = "dist::recv";
+  check_tensor(what, t);
+  check_rank(what, "source", source, c);
+  if (tag < 0) {
+    cotensor::detail::throw_invalid(what, "negative tag " + std::to_string(tag));
+  }
+  auto r = make_request(c, op_kind::recv, static_cast<int>(t.numel()));
+  r->peer = source;
+  r->tag = tag;
+  r->keep = {t};
+  async_op(what, {}, {t}, handoff(c.state(), std::move(r)));
+}
+
+}  // namespace cotensor::dist

@@ -1,0 +1,184 @@
+#pragma once
+
+// A communicator's state and its communication thread: the only code that calls MPI.
+//
+// The frontend (collectives.cpp) gives each op a sequence number when it is issued and issues
+// an engine op (`async_op`) whose start hands a `request` to the communication thread. That
+// thread starts requests strictly in sequence order (op n after op n-1, even if n's inputs
+// were ready first: MPI matches collectives by their order on a communicator, so every rank
+// must start them in the order the program issued them, not in the order of readiness),
+// keeps the started ones in flight (MPI_Testsome), and invokes their completions. An op that
+// the engine skips (an error in its input) still reaches the thread, as a "phantom" on a
+// zeroed scratch buffer, so that the other ranks' collectives do not hang.
+//
+// MPI is initialised with MPI_THREAD_SERIALIZED: every MPI call of every communication thread
+// holds `mpi_lock()`.
+
+#include "cotensor/async_op.hpp"
+#include "cotensor/distributed.hpp"
+#include "cotensor/tensor.hpp"
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mpi.h>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace cotensor::dist::detail {
+
+using clock = std::chrono::steady_clock;
+
+/// The lock every MPI call holds (MPI_THREAD_SERIALIZED).
+std::recursive_mutex& mpi_lock();
+/// The category of MPI error codes; its messages are MPI_Error_string's.
+const std::error_category& mpi_category();
+/// std::system_error for MPI's `code`, from the call `what`. Takes `mpi_lock()`.
+std::exception_ptr mpi_error(int code, const std::string& what);
+
+enum class op_kind : std::uint8_t {
+  all_reduce,
+  broadcast,
+  all_gather,
+  reduce_scatter,
+  send,
+  recv,
+  split
+};
+const char* kind_name(op_kind k) noexcept;
+inline bool is_collective(op_kind k) noexcept { return k != op_kind::send && k != op_kind::recv; }
+
+class comm_state;
+
+/// One op for the communication thread.
+struct request {
+  std::uint64_t seq = 0;       // issue order on the communicator
+  std::uint64_t coll_seq = 0;  // issue order among its collectives (the check's position)
+  op_kind kind = op_kind::all_reduce;
+  reduce_op op = reduce_op::sum;
+  int peer = 0;  // root, dest or source
+  int tag = 0;
+  int count = 0;              // elements per rank: t.numel(), reduce_scatter's block
+  const float* in = nullptr;  // null: in place on `out`
+  float* out = nullptr;
+  std::optional<cotensor::async_op_done> done;  // empty for a phantom
+  std::vector<float> scratch;                   // a phantom's buffers
+  std::vector<tensor> keep;  // the tensors MPI touches, alive while it may (timeouts)
+  // split
+  int color = 0;
+  int key = 0;
+  std::promise<std::shared_ptr<comm_state>>* split_result = nullptr;
+  // on the communication thread
+  bool checking = false;  // in flight: the COTENSOR_DIST_CHECK all-gather
+  std::array<std::uint64_t, 4> check_mine{};
+  std::vector<std::uint64_t> check_all;
+  clock::time_point deadline{};
+  const char* call = "";  // the MPI function in flight, for errors
+
+  /// Ends the op (once; a phantom has none): failed with `error` unless null.
+  void complete(std::exception_ptr error) noexcept {
+    if (done) {
+      auto d = std::move(*done);
+      done.reset();
+      d(std::move(error));
+    }
+  }
+  /// Makes this a phantom: zeroed scratch buffers of the sizes its op needs on `size` ranks.
+  void make_phantom(int size);
+};
+
+/// A communicator: its MPI handle, its queue and its communication thread.
+class comm_state : public std::enable_shared_from_this<comm_state> {
+public:
+  /// Takes `comm` (MPI_COMM_WORLD or a split), whose rank and size are given.
+  comm_state(
+      MPI_Comm comm, int rank, int size, bool check, clock::duration timeout, bool owns_comm);
+  comm_state(const comm_state&) = delete;
+  comm_state& operator=(const comm_state&) = delete;
+  ~comm_state();
+
+  /// Sets the rank and size, once known (the world's, after MPI_Init_thread); before any op.
+  void set_identity(int rank, int size) noexcept {
+    rank_ = rank;
+    size_ = size;
+  }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  bool broken() const noexcept { return broken_.load(std::memory_order_acquire); }
+  void set_timeout(clock::duration t) noexcept;
+
+  /// The next sequence number (under the issue lock): the op's place in the start order.
+  std::uint64_t next_seq(bool collective, std::uint64_t& coll_seq);
+  /// Hands a request to the communication thread; from any thread.
+  void post(std::unique_ptr<request> r);
+  /// Starts the communication thread; `init` runs first on it (the world's MPI_Init_thread).
+  void start_thread(std::function<void()> init, std::function<void()> fini);
+  /// Runs every op issued so far to its end (or its timeout), then stops the thread (which
+  /// frees the communicator, or finalises MPI for the world). Idempotent.
+  void stop();
+
+  /// The error every op fails with once the communicator is broken.
+  std::exception_ptr broken_error() const;
+
+private:
+  void run();
+  bool start_ready();  // starts what may start in order; true on progress
+  bool test_in_flight();
+  void check_timeouts();
+  void start(std::unique_ptr<request> r);
+  void start_mpi(request& r);
+  void finish(std::unique_ptr<request> r, std::exception_ptr error);
+  void check_done(std::unique_ptr<request> r);
+  void break_all(std::exception_ptr error);
+  void mark_broken(std::exception_ptr error);
+  bool drained() const;  // under mu_
+
+  MPI_Comm comm_;
+  int rank_;
+  int size_;
+  bool check_;
+  bool owns_comm_;
+  std::atomic<clock::rep> timeout_;
+  std::atomic<bool> broken_{false};
+  std::exception_ptr broken_error_;  // set once, before broken_
+
+  mutable std::mutex issue_mu_;
+  std::uint64_t issued_ = 0;       // sequence numbers handed out
+  std::uint64_t coll_issued_ = 0;  // ... to collectives
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<request>> incoming_;  // posted, not yet seen by the thread
+  bool stopping_ = false;
+
+  // The communication thread's own.
+  std::map<std::uint64_t, std::unique_ptr<request>> ready_;  // by seq
+  std::uint64_t next_start_ = 0;                             // the seq that starts next
+  std::vector<std::unique_ptr<request>> in_flight_;
+  std::vector<MPI_Request> reqs_;                  // in_flight_'s, same index
+  std::vector<std::unique_ptr<request>> zombies_;  // timed out, still in MPI's hands
+  std::vector<MPI_Request> zombie_reqs_;
+  bool checking_ = false;  // a check in flight holds the start order
+
+  std::thread thread_;
+  std::function<void()> fini_;
+};
+
+/// The world communicator's state, initialising MPI on first use.
+std::shared_ptr<comm_state> world_state();
+/// Keeps a split's state until exit, when it is stopped before MPI is finalised.
+void register_split(std::shared_ptr<comm_state> s);
+
+}  // namespace cotensor::dist::detail

@@ -1,0 +1,553 @@
+// The communication thread of a communicator: starts requests in issue order, keeps them in
+// flight and completes them. See comm_state.hpp.
+
+#include "dist/comm_state.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+namespace cotensor::dist::detail {
+
+namespace {
+
+MPI_Op mpi_op(reduce_op op) noexcept {
+  switch (op) {
+  case reduce_op::max:
+    return MPI_MAX;
+  case reduce_op::min:
+    return MPI_MIN;
+  case reduce_op::sum:
+  case reduce_op::avg:
+    break;
+  }
+  return MPI_SUM;  // avg: the sum, divided by the size when it completes
+}
+
+std::uint64_t fnv1a(const std::array<std::uint64_t, 3>& words) noexcept {
+  std::uint64_t h = 14695981039346656037ULL;
+  for (std::uint64_t w : words) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (w >> (8 * i)) & 0xffU;
+      h *= 1099511628211ULL;
+    }
+  }
+  return h;
+}
+
+std::exception_ptr timed_out(const std::string& what) {
+  return std::make_exception_ptr(
+      std::system_error(std::make_error_code(std::errc::timed_out), what));
+}
+
+// Backing off when nothing progresses: spin this many rounds, then sleep from the first to the
+// last duration, doubling (new requests wake the sleep at once).
+constexpr int spin_rounds = 64;
+constexpr auto first_sleep = std::chrono::microseconds(20);
+constexpr auto last_sleep = std::chrono::microseconds(1000);
+
+}  // namespace
+
+const char* kind_name(op_kind k) noexcept {
+  switch (k) {
+  case op_kind::all_reduce:
+    return "all_reduce";
+  case op_kind::broadcast:
+    return "broadcast";
+  case op_kind::all_gather:
+    return "all_gather";
+  case op_kind::reduce_scatter:
+    return "reduce_scatter";
+  case op_kind::send:
+    return "send";
+  case op_kind::recv:
+    return "recv";
+  case op_kind::split:
+    return "split";
+  }
+  return "?";
+}
+
+void request::make_phantom(int size) {
+  const auto n = static_cast<std::size_t>(count);
+  const auto ranks = static_cast<std::size_t>(size);
+  switch (kind) {
+  case op_kind::all_gather:
+    scratch.assign(n + n * ranks, 0.0F);
+    in = scratch.data();
+    out = scratch.data() + n;
+    break;
+  case op_kind::reduce_scatter:
+    scratch.assign(n * ranks + n, 0.0F);
+    in = scratch.data();
+    out = scratch.data() + n * ranks;
+    break;
+  case op_kind::send:
+    scratch.assign(n, 0.0F);
+    in = scratch.data();
+    out = nullptr;
+    break;
+  default:  // in place, or into `out`
+    scratch.assign(n, 0.0F);
+    in = nullptr;
+    out = scratch.data();
+    break;
+  }
+  keep.clear();
+  done.reset();
+}
+
+comm_state::comm_state(
+    MPI_Comm comm, int rank, int size, bool check, clock::duration timeout, bool owns_comm)
+    : comm_(comm), rank_(rank), size_(size), check_(check), owns_comm_(owns_comm),
+      timeout_(timeout.count()) {}
+
+comm_state::~comm_state() { stop(); }
+
+void comm_state::set_timeout(clock::duration t) noexcept {
+  timeout_.store(t.count(), std::memory_order_relaxed);
+}
+
+std::uint64_t comm_state::next_seq(bool collective, std::uint64_t& coll_seq) {
+  std::lock_guard lock(issue_mu_);
+  coll_seq = coll_issued_;
+  if (collective) {
+    ++coll_issued_;
+  }
+  return issued_++;
+}
+
+void comm_state::post(std::unique_ptr<request> r) {
+  {
+    std::lock_guard lock(mu_);
+    incoming_.push_back(std::move(r));
+  }
+  cv_.notify_one();
+}
+
+std::exception_ptr comm_state::broken_error() const { return broken_error_; }
+
+void comm_state::start_thread(std::function<void()> init, std::function<void()> fini) {
+  fini_ = std::move(fini);
+  std::promise<void> started;
+  auto ready = started.get_future();
+  thread_ = std::thread([this, init = std::move(init), started = std::move(started)]() mutable {
+    try {
+      if (init) {
+        init();
+      }
+      started.set_value();
+    } catch (...) {
+      started.set_exception(std::current_exception());
+      return;
+    }
+    run();
+  });
+  try {
+    ready.get();
+  } catch (...) {
+    thread_.join();
+    throw;
+  }
+}
+
+void comm_state::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || !thread_.joinable()) {
+      return;
+    }
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+bool comm_state::drained() const {
+  std::uint64_t issued = 0;
+  {
+    std::lock_guard lock(issue_mu_);
+    issued = issued_;
+  }
+  return next_start_ == issued && in_flight_.empty() && zombies_.empty() && ready_.empty() &&
+         incoming_.empty();
+}
+
+void comm_state::run() {
+  int idle_rounds = 0;
+  auto sleep = first_sleep;
+  clock::time_point stop_deadline{};
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      for (auto& r : incoming_) {
+        const std::uint64_t seq = r->seq;
+        ready_.emplace(seq, std::move(r));
+      }
+      incoming_.clear();
+      if (stopping_) {
+        if (stop_deadline == clock::time_point{}) {
+          stop_deadline = clock::now() + clock::duration(timeout_.load());
+        }
+        // Ops issued but never handed over (their engine never ran them) cannot hold the
+        // exit forever.
+        if (drained() || clock::now() > stop_deadline) {
+          break;
+        }
+      }
+      const bool startable = !checking_ && !ready_.empty() && ready_.begin()->first == next_start_;
+      if (in_flight_.empty() && zombies_.empty() && !startable) {
+        if (stopping_) {
+          cv_.wait_for(lock, last_sleep);
+        } else {
+          cv_.wait(lock, [this] { return !incoming_.empty() || stopping_; });
+        }
+        idle_rounds = 0;
+        sleep = first_sleep;
+        continue;
+      }
+    }
+    bool progress = start_ready();
+    progress = test_in_flight() || progress;
+    check_timeouts();
+    if (progress) {
+      idle_rounds = 0;
+      sleep = first_sleep;
+    } else if (++idle_rounds > spin_rounds) {
+      std::unique_lock lock(mu_);
+      // Not woken by stopping_: a drain with work in flight backs off like any other wait.
+      cv_.wait_for(lock, sleep, [this] { return !incoming_.empty(); });
+      sleep = std::min<std::chrono::microseconds>(sleep * 2, last_sleep);
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  // Zombies (timed out, never completed) are left to MPI: freeing their buffers would let a
+  // late completion write to freed memory, so they and their tensors stay.
+  if (!in_flight_.empty() || !zombies_.empty() || !ready_.empty()) {
+    std::fprintf(stderr, "cotensor::dist: %zu op(s) still pending at exit\n",
+                 in_flight_.size() + zombies_.size() + ready_.size());
+    for (auto& r : in_flight_) {
+      (void)r.release();
+    }
+    for (auto& z : zombies_) {
+      (void)z.release();
+    }
+    fini_ = nullptr;  // finalising with requests pending would hang or crash
+    std::fflush(stderr);
+    return;
+  }
+  if (fini_) {
+    fini_();
+  }
+}
+
+bool comm_state::start_ready() {
+  bool progress = false;
+  while (!checking_ && !ready_.empty() && ready_.begin()->first == next_start_) {
+    auto node = ready_.extract(ready_.begin());
+    start(std::move(node.mapped()));
+    progress = true;
+  }
+  return progress;
+}
+
+void comm_state::start(std::unique_ptr<request> r) {
+  if (broken()) {
+    ++next_start_;
+    finish(std::move(r), broken_error_);
+    return;
+  }
+  r->deadline = clock::now() + clock::duration(timeout_.load(std::memory_order_relaxed));
+  if (r->kind == op_kind::split) {
+    ++next_start_;
+    // MPI-3.1 has no non-blocking split: the other ranks reach it in the same order.
+    MPI_Comm out = MPI_COMM_NULL;
+    int rc = MPI_SUCCESS;
+    int rank = 0;
+    int size = 0;
+    {
+      std::lock_guard lock(mpi_lock());
+      rc = MPI_Comm_split(comm_, r->color, r->key, &out);
+      if (rc == MPI_SUCCESS) {
+        MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(out, &rank);
+        MPI_Comm_size(out, &size);
+      }
+    }
+    if (rc != MPI_SUCCESS) {
+      r->split_result->set_exception(mpi_error(rc, "cotensor::dist::split: MPI_Comm_split"));
+      return;
+    }
+    try {
+      auto child = std::make_shared<comm_state>(out, rank, size, check_,
+                                                clock::duration(timeout_.load()), true);
+      child->start_thread(nullptr, [out]() mutable {
+        std::lock_guard lock(mpi_lock());
+        MPI_Comm_free(&out);
+      });
+      register_split(child);
+      r->split_result->set_value(std::move(child));
+    } catch (...) {
+      r->split_result->set_exception(std::current_exception());
+    }
+    return;
+  }
+  if (check_ && is_collective(r->kind)) {
+    // Everyone says what it is about to start; a difference fails the op instead of hanging.
+    const std::array<std::uint64_t, 3> what{r->coll_seq, static_cast<std::uint64_t>(r->kind),
+                                            static_cast<std::uint64_t>(r->count)};
+    r->check_mine = {fnv1a(what), what[0], what[1], what[2]};
+    r->check_all.assign(r->check_mine.size() * static_cast<std::size_t>(size_), 0);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_SUCCESS;
+    {
+      std::lock_guard lock(mpi_lock());
+      rc = MPI_Iallgather(r->check_mine.data(), 4, MPI_UINT64_T, r->check_all.data(), 4,
+                          MPI_UINT64_T, comm_, &req);
+    }
+    if (rc != MPI_SUCCESS) {
+      ++next_start_;
+      finish(std::move(r), mpi_error(rc, "cotensor::dist: MPI_Iallgather (check)"));
+      return;
+    }
+    r->checking = true;
+    checking_ = true;
+    in_flight_.push_back(std::move(r));
+    reqs_.push_back(req);
+    return;
+  }
+  ++next_start_;
+  start_mpi(*r);
+  if (r->call == nullptr) {  // failed to start: finished already
+    return;
+  }
+  in_flight_.push_back(std::move(r));
+}
+
+// Starts `r`'s MPI operation and pushes its request onto reqs_; on failure finishes `r` (its
+// owner then sees r.call == nullptr after the move).
+void comm_state::start_mpi(request& r) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  int rc = MPI_SUCCESS;
+  {
+    std::lock_guard lock(mpi_lock());
+    switch (r.kind) {
+    case op_kind::all_reduce:
+      r.call = "MPI_Iallreduce";
+      rc = MPI_Iallreduce(MPI_IN_PLACE, r.out, r.count, MPI_FLOAT, mpi_op(r.op), comm_, &req);
+      break;
+    case op_kind::broadcast:
+      r.call = "MPI_Ibcast";
+      rc = MPI_Ibcast(r.out, r.count, MPI_FLOAT, r.peer, comm_, &req);
+      break;
+    case op_kind::all_gather:
+      r.call = "MPI_Iallgather";
+      rc = MPI_Iallgather(r.in, r.count, MPI_FLOAT, r.out, r.count, MPI_FLOAT, comm_, &req);
+      break;
+    case op_kind::reduce_scatter:
+      r.call = "MPI_Ireduce_scatter_block";
+      rc = MPI_Ireduce_scatter_block(r.in, r.out, r.count, MPI_FLOAT, mpi_op(r.op), comm_, &req);
+      break;
+    case op_kind::send:
+      r.call = "MPI_Isend";
+      rc = MPI_Isend(r.in, r.count, MPI_FLOAT, r.peer, r.tag, comm_, &req);
+      break;
+    case op_kind::recv:
+      r.call = "MPI_Irecv";
+      rc = MPI_Irecv(r.out, r.count, MPI_FLOAT, r.peer, r.tag, comm_, &req);
+      break;
+    case op_kind::split:
+      break;
+    }
+  }
+  if (rc != MPI_SUCCESS) {
+    // The caller still owns `r` by unique_ptr: build the error, complete, mark not started.
+    auto error = mpi_error(rc, std::string("cotensor::dist::") + kind_name(r.kind) + ": " + r.call);
+    r.complete(error);
+    r.call = nullptr;
+    return;
+  }
+  reqs_.push_back(req);
+}
+
+bool comm_state::test_in_flight() {
+  bool progress = false;
+  if (!zombie_reqs_.empty()) {
+    // Timed-out requests that MPI still holds: free them (and their tensors) once complete.
+    int count = 0;
+    std::vector<int> indices(zombie_reqs_.size());
+    {
+      std::lock_guard lock(mpi_lock());
+      MPI_Testsome(static_cast<int>(zombie_reqs_.size()), zombie_reqs_.data(), &count,
+                   indices.data(), MPI_STATUSES_IGNORE);
+    }
+    if (count > 0 && count != MPI_UNDEFINED) {
+      for (std::size_t i = zombie_reqs_.size(); i-- > 0;) {
+        if (zombie_reqs_[i] == MPI_REQUEST_NULL) {
+          zombie_reqs_.erase(zombie_reqs_.begin() + static_cast<std::ptrdiff_t>(i));
+          zombies_.erase(zombies_.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+      }
+    }
+  }
+  if (reqs_.empty()) {
+    return progress;
+  }
+  int count = 0;
+  std::vector<int> indices(reqs_.size());
+  std::vector<MPI_Status> statuses(reqs_.size());
+  int rc = MPI_SUCCESS;
+  {
+    std::lock_guard lock(mpi_lock());
+    rc = MPI_Testsome(static_cast<int>(reqs_.size()), reqs_.data(), &count, indices.data(),
+                      statuses.data());
+  }
+  if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+    mark_broken(mpi_error(rc, "cotensor::dist: MPI_Testsome"));
+    break_all(broken_error_);
+    return true;
+  }
+  if (count == 0 || count == MPI_UNDEFINED) {
+    return false;
+  }
+  // Take the completed ones out (back to front, so indices stay valid), then finish them.
+  std::vector<std::pair<std::unique_ptr<request>, std::exception_ptr>> done;
+  std::sort(indices.begin(), indices.begin() + count);
+  for (int k = count; k-- > 0;) {
+    const auto i = static_cast<std::size_t>(indices[static_cast<std::size_t>(k)]);
+    std::exception_ptr error;
+    auto& r = in_flight_[i];
+    if (rc == MPI_ERR_IN_STATUS && statuses[static_cast<std::size_t>(k)].MPI_ERROR != MPI_SUCCESS) {
+      error = mpi_error(statuses[static_cast<std::size_t>(k)].MPI_ERROR,
+                        std::string("cotensor::dist::") + kind_name(r->kind) + ": " + r->call);
+    } else if (r->kind == op_kind::recv && !r->checking) {
+      int got = 0;
+      MPI_Get_count(&statuses[static_cast<std::size_t>(k)], MPI_FLOAT, &got);
+      if (got != r->count) {
+        error = std::make_exception_ptr(
+            std::runtime_error("cotensor::dist::recv: received " + std::to_string(got) +
+                               " elements, expected " + std::to_string(r->count)));
+      }
+    }
+    done.emplace_back(std::move(r), error);
+    in_flight_.erase(in_flight_.begin() + static_cast<std::ptrdiff_t>(i));
+    reqs_.erase(reqs_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  // Finish in start order (done holds them back to front).
+  for (auto it = done.rbegin(); it != done.rend(); ++it) {
+    if (it->first->checking) {
+      if (it->second) {
+        checking_ = false;
+        ++next_start_;
+        finish(std::move(it->first), it->second);
+      } else {
+        check_done(std::move(it->first));
+      }
+    } else {
+      finish(std::move(it->first), it->second);
+    }
+  }
+  return true;
+}
+
+void comm_state::check_done(std::unique_ptr<request> r) {
+  checking_ = false;
+  ++next_start_;
+  r->checking = false;
+  std::ostringstream differ;
+  bool mismatch = false;
+  for (int q = 0; q < size_; ++q) {
+    const std::uint64_t* theirs = r->check_all.data() + static_cast<std::size_t>(q) * 4;
+    if (!std::equal(theirs, theirs + 4, r->check_mine.begin())) {
+      mismatch = true;
+      const auto kind = static_cast<op_kind>(theirs[2]);
+      differ << "; rank " << q << " starts collective #" << theirs[1] << ", "
+             << (theirs[2] <= static_cast<std::uint64_t>(op_kind::split) ? kind_name(kind) : "?")
+             << " of " << theirs[3] << " elements";
+    }
+  }
+  if (mismatch) {
+    std::ostringstream what;
+    what << "cotensor::dist: collectives issued in different orders (COTENSOR_DIST_CHECK): rank "
+         << rank_ << " starts collective #" << r->coll_seq << ", " << kind_name(r->kind) << " of "
+         << r->count << " elements" << differ.str();
+    auto error = std::make_exception_ptr(std::runtime_error(what.str()));
+    // The ranks no longer agree on what comes next: nothing later on this group can match.
+    mark_broken(error);
+    finish(std::move(r), error);
+    break_all(error);
+    return;
+  }
+  start_mpi(*r);
+  if (r->call == nullptr) {
+    return;
+  }
+  in_flight_.push_back(std::move(r));
+}
+
+void comm_state::finish(std::unique_ptr<request> r, std::exception_ptr error) {
+  if (!error && (r->op == reduce_op::avg) &&
+      (r->kind == op_kind::all_reduce || r->kind == op_kind::reduce_scatter)) {
+    const float inv = 1.0F / static_cast<float>(size_);
+    for (int i = 0; i < r->count; ++i) {
+      r->out[i] *= inv;
+    }
+  }
+  if (r->split_result != nullptr) {
+    r->split_result->set_exception(error);  // a split ends here only when it fails
+    return;
+  }
+  r->keep.clear();  // before the op ends: its tensors may be freed by then
+  r->complete(std::move(error));
+}
+
+void comm_state::check_timeouts() {
+  if (in_flight_.empty()) {
+    return;
+  }
+  const auto now = clock::now();
+  for (const auto& r : in_flight_) {
+    if (now > r->deadline) {
+      std::ostringstream what;
+      what << "cotensor::dist::" << kind_name(r->kind) << ": not complete after "
+           << std::chrono::duration_cast<std::chrono::milliseconds>(
+                  clock::duration(timeout_.load()))
+                  .count()
+           << " ms (" << (r->checking ? "MPI_Iallgather (check)" : r->call) << ", rank " << rank_
+           << " of " << size_ << "); the communicator is broken";
+      mark_broken(timed_out(what.str()));
+      break_all(broken_error_);
+      return;
+    }
+  }
+}
+
+void comm_state::mark_broken(std::exception_ptr error) {
+  if (!broken()) {
+    broken_error_ = std::move(error);  // written once, before the flag that publishes it
+    broken_.store(true, std::memory_order_release);
+  }
+}
+
+void comm_state::break_all(std::exception_ptr error) {
+  // Every op in flight fails; MPI keeps their requests (there is no cancelling a collective),
+  // so their buffers stay alive as zombies until MPI completes them, if ever.
+  for (std::size_t i = 0; i < in_flight_.size(); ++i) {
+    auto& r = in_flight_[i];
+    if (r->checking) {
+      checking_ = false;
+      ++next_start_;
+    }
+    r->complete(error);
+    zombies_.push_back(std::move(r));
+    zombie_reqs_.push_back(reqs_[i]);
+  }
+  in_flight_.clear();
+  reqs_.clear();
+  // What is ready fails at once as start_ready reaches it (broken() is set).
+}
+
+}  // namespace cotensor::dist::detail

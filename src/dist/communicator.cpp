@@ -1,0 +1,192 @@
+// Communicators: MPI's initialisation and finalisation, world() and split().
+
+#include "cotensor/distributed.hpp"
+
+#include "dist/comm_state.hpp"
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace cotensor::dist {
+namespace detail {
+
+namespace {
+
+class mpi_category_impl final : public std::error_category {
+public:
+  const char* name() const noexcept override { return "mpi"; }
+  std::string message(int code) const override {
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int length = 0;
+    {
+      std::lock_guard lock(mpi_lock());
+      if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) {
+        return "MPI error " + std::to_string(code);
+      }
+    }
+    return std::string(text, static_cast<std::size_t>(length));
+  }
+};
+
+clock::duration timeout_from_env() {
+  if (const char* s = std::getenv("COTENSOR_DIST_TIMEOUT_S"); s != nullptr && *s != '\0') {
+    char* end = nullptr;
+    const double seconds = std::strtod(s, &end);
+    if (end != s && seconds > 0) {
+      return std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
+    }
+  }
+  return std::chrono::seconds(300);
+}
+
+bool check_from_env() {
+  const char* s = std::getenv("COTENSOR_DIST_CHECK");
+  return s != nullptr && *s != '\0' && std::string(s) != "0";
+}
+
+/// The process's MPI: the world's state and the splits, stopped at exit (splits first, then
+/// the world, whose thread finalises MPI after draining).
+class mpi_runtime {
+public:
+  mpi_runtime() {
+    (void)mpi_category();  // constructed first, destroyed after the drain that may use it
+    int rank = 0;
+    int size = 0;
+    bool finalize = false;
+    auto init = [&rank, &size, &finalize] {
+      std::lock_guard lock(mpi_lock());
+      int initialized = 0;
+      MPI_Initialized(&initialized);
+      int provided = MPI_THREAD_SINGLE;
+      if (initialized == 0) {
+        const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+        if (rc != MPI_SUCCESS) {
+          throw std::system_error(rc, mpi_category(), "cotensor::dist: MPI_Init_thread");
+        }
+        finalize = true;
+      } else {
+        MPI_Query_thread(&provided);
+      }
+      if (provided < MPI_THREAD_SERIALIZED) {
+        if (finalize) {
+          MPI_Finalize();
+        }
+        throw std::system_error(
+            std::make_error_code(std::errc::not_supported),
+            "cotensor::dist: MPI provides thread level " + std::to_string(provided) +
+                ", less than MPI_THREAD_SERIALIZED, which the communication threads need");
+      }
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+    };
+    // MPI_Init_thread runs on the world's communication thread, which finalises MPI too
+    // (MPI-3.1 §12.4.3: on the thread that initialised it).
+    world_ = std::make_shared<comm_state>(MPI_COMM_WORLD, 0, 1, check_from_env(),
+                                          timeout_from_env(), false);
+    world_->start_thread(init, [this] {
+      std::lock_guard lock(mpi_lock());
+      if (finalize_) {
+        MPI_Finalize();
+      }
+    });
+    finalize_ = finalize;
+    world_->set_identity(rank, size);
+  }
+  mpi_runtime(const mpi_runtime&) = delete;
+  mpi_runtime& operator=(const mpi_runtime&) = delete;
+  ~mpi_runtime() {
+    std::vector<std::shared_ptr<comm_state>> splits;
+    {
+      std::lock_guard lock(mu_);
+      splits.swap(splits_);
+    }
+    for (auto it = splits.rbegin(); it != splits.rend(); ++it) {
+      (*it)->stop();
+    }
+    world_->stop();
+  }
+
+  const std::shared_ptr<comm_state>& world() const noexcept { return world_; }
+  void add(std::shared_ptr<comm_state> s) {
+    std::lock_guard lock(mu_);
+    splits_.push_back(std::move(s));
+  }
+
+private:
+  std::shared_ptr<comm_state> world_;
+  bool finalize_ = false;  // set before any stop; read by the world's thread at stop
+  std::mutex mu_;
+  std::vector<std::shared_ptr<comm_state>> splits_;
+};
+
+mpi_runtime& runtime() {
+  static mpi_runtime r;
+  return r;
+}
+
+}  // namespace
+
+std::recursive_mutex& mpi_lock() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+const std::error_category& mpi_category() {
+  static const mpi_category_impl c;
+  return c;
+}
+
+std::exception_ptr mpi_error(int code, const std::string& what) {
+  try {
+    const std::string message = mpi_category().message(code);
+    throw std::system_error(std::error_code(code, mpi_category()), what + ": " + message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+std::shared_ptr<comm_state> world_state() { return runtime().world(); }
+
+void register_split(std::shared_ptr<comm_state> s) { runtime().add(std::move(s)); }
+
+}  // namespace detail
+
+communicator communicator::world() { return communicator(detail::world_state()); }
+
+int communicator::rank() const noexcept { return state_->rank(); }
+
+int communicator::size() const noexcept { return state_->size(); }
+
+bool communicator::broken() const noexcept { return state_->broken(); }
+
+void communicator::set_timeout(std::chrono::milliseconds timeout) const {
+  if (timeout.count() <= 0) {
+    throw std::invalid_argument("cotensor::dist::communicator::set_timeout: not positive");
+  }
+  state_->set_timeout(timeout);
+}
+
+communicator communicator::split(int color, int key) const {
+  if (color < 0) {
+    throw std::invalid_argument("cotensor::dist::split: negative color (MPI_UNDEFINED is not "
+                                "supported)");
+  }
+  if (state_->broken()) {
+    std::rethrow_exception(state_->broken_error());
+  }
+  std::promise<std::shared_ptr<detail::comm_state>> result;
+  auto made = result.get_future();
+  auto r = std::make_unique<detail::request>();
+  r->kind = detail::op_kind::split;
+  r->seq = state_->next_seq(true, r->coll_seq);
+  r->color = color;
+  r->key = key;
+  r->split_result = &result;
+  state_->post(std::move(r));
+  return communicator(made.get());
+}
+
+}  // namespace cotensor::dist
