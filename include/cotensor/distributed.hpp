@@ -65,9 +65,10 @@ public:
   /// fail at once.
   bool broken() const noexcept;
 
-  /// For cotensor's own implementation.
+  /// Internal: for cotensor's own implementation, not part of the API.
   explicit communicator(std::shared_ptr<detail::comm_state> state) noexcept
       : state_(std::move(state)) {}
+  /// Internal: the group's state, for cotensor's own implementation, not part of the API.
   const std::shared_ptr<detail::comm_state>& state() const noexcept { return state_; }
 
 private:
