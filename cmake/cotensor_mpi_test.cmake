@@ -4,6 +4,10 @@
 # with their own worker threads. Open MPI refuses root without the two variables.
 function(cotensor_add_mpi_test name ranks)
   cmake_parse_arguments(PARSE_ARGV 2 arg "" "" "ENV;COMMAND")
+  if(NOT MPIEXEC_EXECUTABLE)
+    message(WARNING "cotensor: no mpirun found (Debian: openmpi-bin): test ${name} not added")
+    return()
+  endif()
   add_test(NAME ${name}
     COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks} --oversubscribe --bind-to none
             ${MPIEXEC_PREFLAGS} ${arg_COMMAND} ${MPIEXEC_POSTFLAGS})
