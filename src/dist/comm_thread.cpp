@@ -263,7 +263,10 @@ void comm_state::start(std::unique_ptr<request> r) {
   r->deadline = clock::now() + clock::duration(timeout_.load(std::memory_order_relaxed));
   if (r->kind == op_kind::split) {
     ++next_start_;
-    // MPI-3.1 has no non-blocking split: the other ranks reach it in the same order.
+    // MPI-3.1 has no non-blocking split: the other ranks reach it in the same order. It blocks
+    // while holding the process-wide MPI lock, so other communicators' threads start nothing
+    // until every rank of this group has reached it: a program that makes one group's split
+    // wait for another group's collective (through its data) can stall here.
     MPI_Comm out = MPI_COMM_NULL;
     int rc = MPI_SUCCESS;
     int rank = 0;
