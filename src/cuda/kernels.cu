@@ -74,8 +74,8 @@ __global__ void fill_kernel(float* out, std::int64_t n, float value) {
 }
 
 template <binary_op Op>
-__global__ void binary_kernel(
-    const float* a, const float* b, float* out, broadcast_layout layout, std::int64_t n) {
+__global__ void
+binary_kernel(const float* a, const float* b, float* out, broadcast_layout layout, std::int64_t n) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
     std::int64_t rest = i;
     std::int64_t ai = 0;
@@ -116,7 +116,8 @@ __global__ void unary_kernel(const float* in, float* out, std::int64_t n) {
 constexpr int tile = 32;
 constexpr int tile_rows = 8;
 
-__global__ void transpose_kernel(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
+__global__ void
+transpose_kernel(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
   __shared__ float block[tile][tile + 1];
   const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * tile;
   // Rows of tiles in a grid-stride loop: the grid's y extent is at most 65535. Every thread of
@@ -166,8 +167,8 @@ __global__ void sum_axis_kernel(const float* in,
 // Sums along the last axis (inner = 1) of few long rows: one block per row, its threads
 // striding along the row in double, then a tree in shared memory (a fixed order: the same
 // bits every run).
-__global__ void sum_rows_kernel(const float* in, std::int64_t rows, std::int64_t extent,
-                                double scale, float* out) {
+__global__ void
+sum_rows_kernel(const float* in, std::int64_t rows, std::int64_t extent, double scale, float* out) {
   __shared__ double partial[threads];
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const float* p = in + row * extent;
@@ -191,11 +192,8 @@ __global__ void sum_rows_kernel(const float* in, std::int64_t rows, std::int64_t
 }
 
 // One thread per Philox block: element e comes from block e / 4, as on the CPU.
-__global__ void randn_kernel(float* out,
-                             std::int64_t n,
-                             std::uint32_t k0,
-                             std::uint32_t k1,
-                             std::uint64_t stream) {
+__global__ void
+randn_kernel(float* out, std::int64_t n, std::uint32_t k0, std::uint32_t k1, std::uint64_t stream) {
   const std::int64_t blocks = (n + 3) / 4;
   for (std::int64_t b = first_index(); b < blocks; b += grid_stride()) {
     const auto counter = static_cast<std::uint64_t>(b);

@@ -4,7 +4,6 @@
 #include "cuda/kernels.hpp"
 
 #include <cub/device/device_reduce.cuh>
-
 #include <cuda/std/functional>
 
 namespace cotensor::detail::cuda {
@@ -43,8 +42,8 @@ void launch_sum(cudaStream_t stream,
   auto* total = static_cast<double*>(scratch);
   std::size_t bytes = scratch_bytes - result_bytes;
   COTENSOR_CUDA_CHECK(cub::DeviceReduce::TransformReduce(
-      static_cast<char*>(scratch) + result_bytes, bytes, in, total, n,
-      ::cuda::std::plus<double>{}, to_double{}, 0.0, stream));
+      static_cast<char*>(scratch) + result_bytes, bytes, in, total, n, ::cuda::std::plus<double>{},
+      to_double{}, 0.0, stream));
   finish_sum<<<1, 1, 0, stream>>>(total, divisor, out);
   if (const cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
     throw_cuda_error(rc, "finish_sum", __FILE__, __LINE__);
