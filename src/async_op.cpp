@@ -37,11 +37,17 @@ public:
     }
   }
   static async_op_done done(op_completion c) noexcept { return async_op_done(std::move(c)); }
+  static void complete_here(async_op_done& done, std::exception_ptr error) noexcept {
+    std::exchange(done.completion_, op_completion()).complete_here(std::move(error));
+  }
 };
 
-void issue_async_op(std::span<const tensor> reads,
-                    std::span<const tensor> writes,
-                    std::unique_ptr<async_start> start) {
+namespace {
+
+void issue(std::span<const tensor> reads,
+           std::span<const tensor> writes,
+           std::unique_ptr<async_start> start,
+           bool quick_start) {
   const char* what = "async_op";
   const tensor* first = nullptr;
   for (const auto* list : {&reads, &writes}) {
@@ -89,7 +95,8 @@ void issue_async_op(std::span<const tensor> reads,
   for (const tensor& r : reads) {
     add_access(*op, r.storage(), access_mode::read);
   }
-  op->runs_user_code = true;
+  op->runs_user_code = !quick_start;
+  op->starts_quickly = quick_start;
   op->kernel.emplace_async([name = std::move(name), start = std::move(start), in = std::move(in),
                             out = std::move(out),
                             ctx = async_op_context()](op_completion done) mutable {
@@ -101,6 +108,24 @@ void issue_async_op(std::span<const tensor> reads,
     (*callable)(ctx, async_op_access::done(std::move(done)));
   });
   current_engine().push(std::move(op));
+}
+
+}  // namespace
+
+void issue_async_op(std::span<const tensor> reads,
+                    std::span<const tensor> writes,
+                    std::unique_ptr<async_start> start) {
+  issue(reads, writes, std::move(start), false);
+}
+
+void complete_here(async_op_done& done, std::exception_ptr error) noexcept {
+  async_op_access::complete_here(done, std::move(error));
+}
+
+void issue_quick_async_op(std::span<const tensor> reads,
+                          std::span<const tensor> writes,
+                          std::unique_ptr<async_start> start) {
+  issue(reads, writes, std::move(start), true);
 }
 
 }  // namespace detail

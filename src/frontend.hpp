@@ -2,6 +2,7 @@
 
 // Shared by the frontend's .cpp files: eager validation and issuing of elementwise ops.
 
+#include "cotensor/async_op.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/shape.hpp"
 #include "cotensor/tensor.hpp"
@@ -10,6 +11,7 @@
 #include "kernel_table.hpp"
 
 #include <memory>
+#include <span>
 #include <string>
 
 namespace cotensor::detail {
@@ -29,5 +31,15 @@ void require_same_device(const char* op, const tensor& a, const tensor& b);
 void issue_in_place(const char* op, binary_op kind, const tensor& a, const tensor& b);
 /// a ⊗= s.
 void issue_in_place(const char* op, binary_op kind, const tensor& a, float s);
+
+/// `async_op` for cotensor's own starts, which only hand the op to a thread of their own and
+/// return (the collectives): when the op is ready at its call, `start` runs there, on the
+/// issuing thread, instead of on a backend thread after a hand-off to it.
+void issue_quick_async_op(std::span<const tensor> reads,
+                          std::span<const tensor> writes,
+                          std::unique_ptr<async_start> start);
+/// Ends an op of `issue_quick_async_op` on the calling thread, a thread of cotensor's own
+/// (op_completion::complete_here). `done` is left empty.
+void complete_here(async_op_done& done, std::exception_ptr error) noexcept;
 
 }  // namespace cotensor::detail

@@ -3,6 +3,7 @@
 #include <cotensor/cotensor.hpp>
 
 #include "faults.hpp"
+#include "frontend.hpp"
 #include "support/run.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -492,5 +493,91 @@ TEST_SUITE("async_op") {
     });
     CHECK(fails_with<std::domain_error>(y, "bad old value"));
     CHECK(starts.load() == 0);
+  }
+}
+
+// cotensor's own async ops (the collectives): a start that only hands the op on runs at the
+// call when the op is ready then, and a thread of cotensor's own may end the op where it is.
+TEST_SUITE("async_op quick start") {
+  // A start that records the thread it ran on and hands `done` to `keep`.
+  struct recording_start {
+    std::promise<std::thread::id>* ran_on;
+    std::optional<async_op_done>* keep;
+    void operator()(async_op_context&, async_op_done done) {
+      keep->emplace(std::move(done));
+      ran_on->set_value(std::this_thread::get_id());
+    }
+  };
+
+  void issue_quick(const tensor& t, recording_start start) {
+    const std::vector<tensor> writes{t};
+    cotensor::detail::issue_quick_async_op(
+        {}, writes,
+        std::make_unique<cotensor::detail::async_start_for<recording_start>>("quick", start));
+  }
+
+  TEST_CASE("a quick async op ready at its call starts on the issuing thread, at any size" *
+            doctest::timeout(20)) {
+    auto y = zeros({1 << 20});  // 4 MiB: far past what runs inline for a kernel
+    y.wait();
+    std::promise<std::thread::id> ran_on;
+    std::optional<async_op_done> keep;
+    issue_quick(y, {&ran_on, &keep});
+    auto started = ran_on.get_future();
+    REQUIRE(started.wait_for(0s) == std::future_status::ready);  // before the call returned
+    CHECK(started.get() == std::this_thread::get_id());
+    (*keep)();
+    y.wait();
+  }
+
+  TEST_CASE("a quick async op not ready at its call starts later, on a backend thread" *
+            doctest::timeout(20)) {
+    auto y = zeros({1 << 16});  // 256 KiB: its writer runs on a backend thread
+    wait_all();
+    cotensor::detail::faults::delay_op(1, 100ms);  // the next op pushed: y's writer
+    y += 1.0F;
+    std::promise<std::thread::id> ran_on;
+    std::optional<async_op_done> keep;
+    issue_quick(y, {&ran_on, &keep});
+    auto started = ran_on.get_future();
+    CHECK(started.get() != std::this_thread::get_id());
+    (*keep)();
+    CHECK(y.to_vector() == std::vector<float>(1 << 16, 1.0F));
+    cotensor::detail::faults::reset();
+  }
+
+  TEST_CASE("complete_here ends the op on the calling thread" * doctest::timeout(20)) {
+    // The op's end is held back 300 ms on whichever thread runs it (fault injection): here
+    // that is the completing thread, which returns only after it (contrast with
+    // "invoking the completion only hands the op back").
+    auto y = zeros({1});
+    wait_all();
+    std::promise<std::thread::id> ran_on;
+    std::optional<async_op_done> keep;
+    cotensor::detail::faults::delay_op(1, 300ms);  // the quick op
+    issue_quick(y, {&ran_on, &keep});
+    ran_on.get_future().get();
+    auto ended = std::async(std::launch::async, [&keep] {
+      const auto start = std::chrono::steady_clock::now();
+      cotensor::detail::complete_here(*keep, nullptr);
+      return std::chrono::steady_clock::now() - start;
+    });
+    CHECK(ended.get() >= 300ms);
+    CHECK_FALSE(static_cast<bool>(*keep));  // left empty: nothing abandons the op
+    y.wait();
+    cotensor::detail::faults::reset();
+  }
+
+  TEST_CASE("complete_here with an error fails the op and its waits" * doctest::timeout(20)) {
+    auto y = zeros({4});
+    std::promise<std::thread::id> ran_on;
+    std::optional<async_op_done> keep;
+    issue_quick(y, {&ran_on, &keep});
+    ran_on.get_future().get();
+    std::thread([&keep] {
+      cotensor::detail::complete_here(
+          *keep, std::make_exception_ptr(std::runtime_error("quick op failed")));
+    }).join();
+    CHECK(fails_with<std::runtime_error>(y, "quick op failed"));
   }
 }

@@ -8,6 +8,9 @@
 #include "frontend.hpp"
 
 #include <climits>
+#include <initializer_list>
+#include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -85,6 +88,18 @@ private:
   std::unique_ptr<request> r_;
 };
 
+// Issues the op: its start only hands the request over, so it runs at the call when the op is
+// ready then (no hop through a backend thread before the communication thread's).
+void issue(const char* what,
+           std::initializer_list<tensor> reads,
+           std::initializer_list<tensor> writes,
+           handoff start) {
+  cotensor::detail::issue_quick_async_op(
+      std::span<const tensor>(reads.begin(), reads.size()),
+      std::span<const tensor>(writes.begin(), writes.size()),
+      std::make_unique<cotensor::detail::async_start_for<handoff>>(what, std::move(start)));
+}
+
 std::unique_ptr<request> make_request(const communicator& c, op_kind kind, int count) {
   auto r = std::make_unique<request>();
   r->kind = kind;
@@ -101,7 +116,7 @@ void all_reduce(tensor& t, reduce_op op, const communicator& c) {
   auto r = make_request(c, op_kind::all_reduce, static_cast<int>(t.numel()));
   r->op = op;
   r->keep = {t};
-  async_op(what, {}, {t}, handoff(c.state(), std::move(r)));
+  issue(what, {}, {t}, handoff(c.state(), std::move(r)));
 }
 
 void broadcast(tensor& t, int root, const communicator& c) {
@@ -111,7 +126,7 @@ void broadcast(tensor& t, int root, const communicator& c) {
   auto r = make_request(c, op_kind::broadcast, static_cast<int>(t.numel()));
   r->peer = root;
   r->keep = {t};
-  async_op(what, {}, {t}, handoff(c.state(), std::move(r)));
+  issue(what, {}, {t}, handoff(c.state(), std::move(r)));
 }
 
 tensor all_gather(const tensor& t, const communicator& c) {
@@ -123,7 +138,7 @@ tensor all_gather(const tensor& t, const communicator& c) {
   tensor out(cotensor::detail::allocate(what, s, t.device()), s);
   auto r = make_request(c, op_kind::all_gather, static_cast<int>(t.numel()));
   r->keep = {t, out};
-  async_op(what, {t}, {out}, handoff(c.state(), std::move(r)));
+  issue(what, {t}, {out}, handoff(c.state(), std::move(r)));
   return out;
 }
 
@@ -142,7 +157,7 @@ tensor reduce_scatter(const tensor& t, reduce_op op, const communicator& c) {
   auto r = make_request(c, op_kind::reduce_scatter, static_cast<int>(s.numel()));
   r->op = op;
   r->keep = {t, out};
-  async_op(what, {t}, {out}, handoff(c.state(), std::move(r)));
+  issue(what, {t}, {out}, handoff(c.state(), std::move(r)));
   return out;
 }
 
@@ -157,7 +172,7 @@ void send(const tensor& t, int dest, int tag, const communicator& c) {
   r->peer = dest;
   r->tag = tag;
   r->keep = {t};
-  async_op(what, {t}, {}, handoff(c.state(), std::move(r)));
+  issue(what, {t}, {}, handoff(c.state(), std::move(r)));
 }
 
 void recv(tensor& t, int source, int tag, const communicator& c) {
@@ -171,7 +186,7 @@ void recv(tensor& t, int source, int tag, const communicator& c) {
   r->peer = source;
   r->tag = tag;
   r->keep = {t};
-  async_op(what, {}, {t}, handoff(c.state(), std::move(r)));
+  issue(what, {}, {t}, handoff(c.state(), std::move(r)));
 }
 
 }  // namespace cotensor::dist

@@ -18,6 +18,8 @@
 #include "cotensor/distributed.hpp"
 #include "cotensor/tensor.hpp"
 
+#include "frontend.hpp"
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -92,7 +94,7 @@ struct request {
     if (done) {
       auto d = std::move(*done);
       done.reset();
-      d(std::move(error));
+      cotensor::detail::complete_here(d, std::move(error));  // no hop: this thread is ours
     }
   }
   /// Makes this a phantom: zeroed scratch buffers of the sizes its op needs on `size` ranks.

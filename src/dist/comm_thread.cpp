@@ -42,11 +42,16 @@ std::exception_ptr timed_out(const std::string& what) {
       std::system_error(std::make_error_code(std::errc::timed_out), what));
 }
 
-// Backing off when nothing progresses: spin this many rounds, then sleep from the first to the
-// last duration, doubling (new requests wake the sleep at once).
-constexpr int spin_rounds = 64;
-constexpr auto first_sleep = std::chrono::microseconds(20);
-constexpr auto last_sleep = std::chrono::microseconds(1000);
+// Open MPI moves a non-blocking collective on only inside MPI calls: while one is in flight the
+// thread polls without pause (yielding the core between polls) for `busy_poll` after the last
+// start or completion, then backs off to a poll every `slow_poll` (a peer that is still
+// computing should not cost a core for long). New requests end a back-off sleep at once.
+constexpr auto busy_poll = std::chrono::milliseconds(2);
+constexpr auto slow_poll = std::chrono::microseconds(50);
+// With nothing in flight, the thread keeps looking for new requests this long before it
+// sleeps: a program that issues collectives back to back (a training step's gradients, a
+// latency loop) then pays no wake-up per op.
+constexpr auto linger = std::chrono::microseconds(200);
 
 }  // namespace
 
@@ -176,9 +181,8 @@ bool comm_state::drained() const {
 }
 
 void comm_state::run() {
-  int idle_rounds = 0;
-  auto sleep = first_sleep;
   clock::time_point stop_deadline{};
+  auto last_work = clock::now();
   for (;;) {
     {
       std::unique_lock lock(mu_);
@@ -200,28 +204,30 @@ void comm_state::run() {
       const bool startable = !checking_ && !ready_.empty() && ready_.begin()->first == next_start_;
       if (in_flight_.empty() && zombies_.empty() && !startable) {
         if (stopping_) {
-          cv_.wait_for(lock, last_sleep);
+          cv_.wait_for(lock, std::chrono::milliseconds(1));  // for ops still to be handed over
+        } else if (clock::now() - last_work < linger) {
+          lock.unlock();
+          std::this_thread::yield();
         } else {
           cv_.wait(lock, [this] { return !incoming_.empty() || stopping_; });
+          last_work = clock::now();
         }
-        idle_rounds = 0;
-        sleep = first_sleep;
         continue;
       }
     }
     bool progress = start_ready();
     progress = test_in_flight() || progress;
     check_timeouts();
+    const auto now = clock::now();
     if (progress) {
-      idle_rounds = 0;
-      sleep = first_sleep;
-    } else if (++idle_rounds > spin_rounds) {
-      std::unique_lock lock(mu_);
-      // Not woken by stopping_: a drain with work in flight backs off like any other wait.
-      cv_.wait_for(lock, sleep, [this] { return !incoming_.empty(); });
-      sleep = std::min<std::chrono::microseconds>(sleep * 2, last_sleep);
-    } else {
+      last_work = now;
+    }
+    if (now - last_work < busy_poll) {
       std::this_thread::yield();
+    } else {
+      std::unique_lock lock(mu_);
+      // Not woken by stopping_: a drain with work in flight polls like any other wait.
+      cv_.wait_for(lock, slow_poll, [this] { return !incoming_.empty(); });
     }
   }
   // Zombies (timed out, never completed) are left to MPI: freeing their buffers would let a

@@ -231,6 +231,14 @@ void engine::complete(op_node* op, std::exception_ptr error) noexcept {
   drop_hold(op, false);
 }
 
+void engine::complete_here(op_node* op, std::exception_ptr error) noexcept {
+  if (!op->ended.exchange(true, std::memory_order_acq_rel)) {
+    op->own = std::move(error);
+  }
+  const backend_thread_guard backend;  // the retire may not run ops or wait inline here
+  drop_hold(op, true);
+}
+
 void engine::abandon(op_node* op) noexcept { drop_hold(op, false); }
 
 void engine::drop_hold(op_node* op, bool here) noexcept {
@@ -340,6 +348,12 @@ void op_completion::operator()(std::exception_ptr error) noexcept {
   COTENSOR_ASSERT(op_ != nullptr);
   op_node* op = std::exchange(op_, nullptr);
   op->owner->complete(op, std::move(error));
+}
+
+void op_completion::complete_here(std::exception_ptr error) noexcept {
+  COTENSOR_ASSERT(op_ != nullptr);
+  op_node* op = std::exchange(op_, nullptr);
+  op->owner->complete_here(op, std::move(error));
 }
 
 void op_completion::release_accesses() noexcept {

@@ -63,6 +63,8 @@ public:
   void finish(op_node* op) noexcept;
   /// An op that completes later was ended (`error`: null for success) by its completion.
   void complete(op_node* op, std::exception_ptr error) noexcept;
+  /// As `complete`, retiring the op on the calling thread if this ends it (complete_here).
+  void complete_here(op_node* op, std::exception_ptr error) noexcept;
   /// An op's completion was destroyed uninvoked.
   void abandon(op_node* op) noexcept;
   /// Ends an op's buffer accesses before the op ends (op_completion::release_accesses).

@@ -19,7 +19,7 @@ constexpr std::size_t inline_bytes = 128 * 1024;
 
 bool engine::runs_inline(const op_node& op, std::size_t touched_bytes) const noexcept {
   return options_.inline_small_ops && !options_.synchronous && !op.runs_user_code &&
-         !backend_thread_flag && touched_bytes <= inline_bytes &&
+         !backend_thread_flag && (touched_bytes <= inline_bytes || op.starts_quickly) &&
          op.device.type == device::kind::cpu;
 }
 

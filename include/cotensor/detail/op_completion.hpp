@@ -34,6 +34,10 @@ public:
   /// Ends the op: successfully when `error` is null, else failed with `error` as a kernel's
   /// exception. Precondition: not empty (checked: aborts).
   void operator()(std::exception_ptr error = nullptr) noexcept;
+  /// Ends the op as `operator()`, but does the engine's part (releasing its buffers,
+  /// dispatching its dependents, completing its waiters) on the calling thread: only for a
+  /// thread of cotensor's own that may (a communication thread), saving the hand-off.
+  void complete_here(std::exception_ptr error = nullptr) noexcept;
   /// Ends the op's buffer accesses now, while it stays in flight until invoked: for a device
   /// that orders its own work (see src/engine/backend.hpp). At most once, before invoking.
   void release_accesses() noexcept;
