@@ -96,12 +96,18 @@ private:
 struct step_log {
   std::atomic<int> runs{0};
   std::atomic<int> ok{0};
-  static void record(void* arg, bool ok) noexcept {
+  static std::exception_ptr record(void* arg, bool ok) noexcept {
     auto* log = static_cast<step_log*>(arg);
     log->ok += ok ? 1 : 0;
     ++log->runs;
+    return nullptr;
   }
 };
+
+/// A step that reports an error although the event completed (a collective's library did).
+std::exception_ptr report_error(void* /*arg*/, bool /*ok*/) noexcept {
+  return std::make_exception_ptr(std::runtime_error("the library reported an error"));
+}
 
 /// Issues an op writing `out` whose work "launches" (fills `out` with `value`) and hands its
 /// completion to the poller with `event`; counts it in `*launched` if given.
@@ -293,6 +299,29 @@ TEST_SUITE("event_poller") {
     CHECK(late_step.runs == 1);
     CHECK(late_step.ok == 0);
     CHECK(source.passed_positions().back() == std::pair<std::uint64_t, bool>{3, false});
+    wait_all();
+    poller.shutdown();
+    CHECK_FALSE(source.misused());
+  }
+
+  TEST_CASE("a host step's error fails its op though the event completed; the device goes on" *
+            doctest::timeout(20)) {
+    fake_events source;
+    cuda::event_poller poller(source, "cuda:0");
+    auto a = zeros({1});
+    auto b = zeros({1});
+    auto* ea = source.make();
+    auto* eb = source.make();
+    launch(poller, ea, a, 1.0F, nullptr, 1, {&report_error, nullptr});
+    launch(poller, eb, b, 2.0F, nullptr, 2);
+    ea->state = cuda::event_state::complete;
+    eb->state = cuda::event_state::complete;
+    CHECK_THROWS_WITH_AS(a.wait(), "the library reported an error", std::runtime_error);
+    CHECK(b.to_vector() == std::vector<float>{2.0F});
+    CHECK_FALSE(poller.failed());
+    // Its position passed: host readers of what it wrote are not held.
+    CHECK(source.passed_positions() ==
+          std::vector<std::pair<std::uint64_t, bool>>{{1, true}, {2, true}});
     wait_all();
     poller.shutdown();
     CHECK_FALSE(source.misused());

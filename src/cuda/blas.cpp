@@ -2,6 +2,8 @@
 
 #include "cotensor/error.hpp"
 
+#include "cuda/library.hpp"
+
 #include <dlfcn.h>
 #include <string>
 #include <system_error>
@@ -10,34 +12,19 @@ namespace cotensor::detail::cuda {
 namespace {
 
 // The soname of the toolkit we build with (libcublas.so.13 for CUDA 13).
-constexpr const char* library = "libcublas.so." COTENSOR_CUBLAS_SOVERSION;
+constexpr const char* library = "libcublas.so." COTENSOR_CUDA_SOVERSION;
 
 struct loaded {
   blas_api api{};
   std::string error;  // empty once loaded
 };
 
-template <class F>
-bool resolve(void* handle, const char* name, F& f) {
-  f = reinterpret_cast<F>(dlsym(handle, name));
-  return f != nullptr;
-}
-
 loaded load() {
   loaded l;
-  // Never unloaded: handles may be destroyed at exit, after static destructors would run.
-  // The loader's search path first (LD_LIBRARY_PATH, ldconfig), then the toolkit we built with
-  // (/usr/local/cuda/lib64 is rarely on the search path).
-  void* h = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  void* h = open_toolkit_library(library, l.error);
   if (h == nullptr) {
-    const char* why = dlerror();
-    const std::string first = why != nullptr ? why : "?";
-    const std::string beside_toolkit = std::string(COTENSOR_CUBLAS_BUILD_DIR) + "/" + library;
-    h = dlopen(beside_toolkit.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      l.error = std::string("cannot load ") + library + " (cuBLAS): " + first;
-      return l;
-    }
+    l.error += " (cuBLAS)";
+    return l;
   }
   blas_api& a = l.api;
   if (!resolve(h, "cublasCreate_v2", a.create) || !resolve(h, "cublasDestroy_v2", a.destroy) ||
@@ -50,6 +37,20 @@ loaded load() {
 }
 
 }  // namespace
+
+void* open_toolkit_library(const char* soname, std::string& error) {
+  void* h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    const char* why = dlerror();
+    const std::string first = why != nullptr ? why : "?";
+    const std::string beside_toolkit = std::string(COTENSOR_CUDA_LIBRARY_DIR) + "/" + soname;
+    h = dlopen(beside_toolkit.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      error = std::string("cannot load ") + soname + ": " + first;
+    }
+  }
+  return h;
+}
 
 const blas_api& cublas() {
   static const loaded l = load();

@@ -108,11 +108,11 @@ bool event_poller::poll_once(std::deque<watched>& watching) noexcept {
     }
     source_.release(it->event);
     const bool ok = state == event_state::complete;
-    it->after(ok);
+    auto error = it->after(ok);
     if (it->position != 0) {
       source_.passed(it->position, ok);  // host readers of its buffers first: the data is there
     }
-    it->done(ok ? nullptr : device_error());
+    it->done(ok ? std::move(error) : device_error());
     it = watching.erase(it);
     ended = true;
   }

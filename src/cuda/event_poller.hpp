@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -53,15 +54,15 @@ protected:
 };
 
 /// Host work the poller does when an event completes, before it ends the op: copy a staged
-/// download into its host buffer, give a staging block back. `ok` is false when the device
-/// failed (the step then only frees what it holds). Called exactly once per watched event.
+/// download into its host buffer, give a staging block back, see whether a collective's
+/// library reported an error. `ok` is false when the device failed (the step then only frees
+/// what it holds). Returns null, or an error for the op to fail with although its event
+/// completed. Called exactly once per watched event.
 struct after_event {
-  void (*fn)(void* arg, bool ok) noexcept = nullptr;
+  std::exception_ptr (*fn)(void* arg, bool ok) noexcept = nullptr;
   void* arg = nullptr;
-  void operator()(bool ok) const noexcept {
-    if (fn != nullptr) {
-      fn(arg, ok);
-    }
+  std::exception_ptr operator()(bool ok) const noexcept {
+    return fn != nullptr ? fn(arg, ok) : nullptr;
   }
 };
 

@@ -48,13 +48,14 @@ struct staged {
   float* host_out;  // null for an upload
   std::size_t bytes;
 
-  static void finish(void* arg, bool ok) noexcept {
+  static std::exception_ptr finish(void* arg, bool ok) noexcept {
     auto* s = static_cast<staged*>(arg);
     if (ok && s->host_out != nullptr) {
       std::memcpy(s->host_out, s->block.data, s->bytes);
     }
     s->device->staging().release(s->block);
     delete s;
+    return nullptr;
   }
 };
 

@@ -5,6 +5,9 @@
 #include "cotensor/distributed.hpp"
 
 #include "dist/comm_state.hpp"
+#if COTENSOR_HAVE_NCCL
+#include "dist/nccl.hpp"
+#endif
 #include "frontend.hpp"
 
 #include <climits>
@@ -23,20 +26,34 @@ namespace {
 using detail::op_kind;
 using detail::request;
 
-void check_tensor(const char* what, const tensor& t) {
+// `gpu_ok`: the op has an NCCL path, in builds with it.
+void check_tensor(const char* what, const tensor& t, bool gpu_ok = true) {
   cotensor::detail::checked(t, what);
   if (!t.device().is_cpu()) {
     std::ostringstream where;
     where << t.device();
+#if COTENSOR_HAVE_NCCL
+    if (!gpu_ok) {
+      cotensor::detail::throw_invalid(
+          what, "a tensor on " + where.str() +
+                    ": sends and receives take CPU tensors (copy with t.to(device::cpu())); "
+                    "the collectives take GPU tensors");
+    }
+    cotensor::detail::require_device(what, t.device());
+#else
+    (void)gpu_ok;
     cotensor::detail::throw_invalid(
         what, "a tensor on " + where.str() +
-                  ": GPU tensors need the NCCL path, which is not built yet (copy to the CPU "
-                  "with t.to(device::cpu()))");
+                  ": this build has no NCCL (it needs the CUDA backend and MPI); copy to the "
+                  "CPU with t.to(device::cpu())");
+#endif
   }
   if (t.numel() > INT_MAX) {
     cotensor::detail::throw_invalid(what, "more than INT_MAX elements (MPI-3.1 counts are int)");
   }
 }
+
+bool on_gpu(const tensor& t) noexcept { return !t.device().is_cpu(); }
 
 void check_rank(const char* what, const char* role, int r, const communicator& c) {
   if (r < 0 || r >= c.size()) {
@@ -113,6 +130,13 @@ std::unique_ptr<request> make_request(const communicator& c, op_kind kind, int c
 void all_reduce(tensor& t, reduce_op op, const communicator& c) {
   const char* what = "dist::all_reduce";
   check_tensor(what, t);
+#if COTENSOR_HAVE_NCCL
+  if (on_gpu(t)) {
+    detail::issue_on_gpu(c, what, op_kind::all_reduce, op, 0, nullptr, t,
+                         static_cast<std::size_t>(t.numel()));
+    return;
+  }
+#endif
   auto r = make_request(c, op_kind::all_reduce, static_cast<int>(t.numel()));
   r->op = op;
   r->keep = {t};
@@ -123,6 +147,13 @@ void broadcast(tensor& t, int root, const communicator& c) {
   const char* what = "dist::broadcast";
   check_tensor(what, t);
   check_rank(what, "root", root, c);
+#if COTENSOR_HAVE_NCCL
+  if (on_gpu(t)) {
+    detail::issue_on_gpu(c, what, op_kind::broadcast, reduce_op::sum, root, nullptr, t,
+                         static_cast<std::size_t>(t.numel()));
+    return;
+  }
+#endif
   auto r = make_request(c, op_kind::broadcast, static_cast<int>(t.numel()));
   r->peer = root;
   r->keep = {t};
@@ -136,6 +167,13 @@ tensor all_gather(const tensor& t, const communicator& c) {
   extents.insert(extents.end(), t.shape().extents().begin(), t.shape().extents().end());
   const shape s{std::span<const std::int64_t>(extents)};
   tensor out(cotensor::detail::allocate(what, s, t.device()), s);
+#if COTENSOR_HAVE_NCCL
+  if (on_gpu(t)) {
+    detail::issue_on_gpu(c, what, op_kind::all_gather, reduce_op::sum, 0, &t, out,
+                         static_cast<std::size_t>(t.numel()));
+    return out;
+  }
+#endif
   auto r = make_request(c, op_kind::all_gather, static_cast<int>(t.numel()));
   r->keep = {t, out};
   issue(what, {t}, {out}, handoff(c.state(), std::move(r)));
@@ -154,6 +192,13 @@ tensor reduce_scatter(const tensor& t, reduce_op op, const communicator& c) {
   extents[0] /= c.size();
   const shape s{std::span<const std::int64_t>(extents)};
   tensor out(cotensor::detail::allocate(what, s, t.device()), s);
+#if COTENSOR_HAVE_NCCL
+  if (on_gpu(t)) {
+    detail::issue_on_gpu(c, what, op_kind::reduce_scatter, op, 0, &t, out,
+                         static_cast<std::size_t>(s.numel()));
+    return out;
+  }
+#endif
   auto r = make_request(c, op_kind::reduce_scatter, static_cast<int>(s.numel()));
   r->op = op;
   r->keep = {t, out};
@@ -163,7 +208,7 @@ tensor reduce_scatter(const tensor& t, reduce_op op, const communicator& c) {
 
 void send(const tensor& t, int dest, int tag, const communicator& c) {
   const char* what = "dist::send";
-  check_tensor(what, t);
+  check_tensor(what, t, false);
   check_rank(what, "dest", dest, c);
   if (tag < 0) {
     cotensor::detail::throw_invalid(what, "negative tag " + std::to_string(tag));
@@ -177,7 +222,7 @@ void send(const tensor& t, int dest, int tag, const communicator& c) {
 
 void recv(tensor& t, int source, int tag, const communicator& c) {
   const char* what = "dist::recv";
-  check_tensor(what, t);
+  check_tensor(what, t, false);
   check_rank(what, "source", source, c);
   if (tag < 0) {
     cotensor::detail::throw_invalid(what, "negative tag " + std::to_string(tag));

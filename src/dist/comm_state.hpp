@@ -57,12 +57,14 @@ enum class op_kind : std::uint8_t {
   reduce_scatter,
   send,
   recv,
-  split
+  split,
+  setup  // a blocking step of the GPU path's setup (NCCL's id, broadcast), in issue order
 };
 const char* kind_name(op_kind k) noexcept;
 inline bool is_collective(op_kind k) noexcept { return k != op_kind::send && k != op_kind::recv; }
 
 class comm_state;
+class gpu_comm;
 
 /// One op for the communication thread.
 struct request {
@@ -82,6 +84,9 @@ struct request {
   int color = 0;
   int key = 0;
   std::promise<std::shared_ptr<comm_state>>* split_result = nullptr;
+  // setup: called once on the communication thread, under the MPI lock, in issue order: with
+  // the communicator, or with the error that keeps it from running (a broken communicator).
+  std::function<void(MPI_Comm, std::exception_ptr)> setup;
   // on the communication thread
   bool checking = false;  // in flight: the COTENSOR_DIST_CHECK all-gather
   std::array<std::uint64_t, 4> check_mine{};
@@ -133,6 +138,18 @@ public:
 
   /// The error every op fails with once the communicator is broken.
   std::exception_ptr broken_error() const;
+  /// Marks the communicator broken with `error` (the first caller's error stays); any thread.
+  void fail(std::exception_ptr error) noexcept { mark_broken(std::move(error)); }
+  /// How long an op may take once started.
+  clock::duration timeout() const noexcept {
+    return clock::duration(timeout_.load(std::memory_order_relaxed));
+  }
+
+  /// The GPU path (NCCL) of this communicator, made by its first GPU collective: `gpu_mutex`
+  /// serialises the making; `set_gpu` once.
+  std::mutex& gpu_mutex() noexcept { return gpu_mu_; }
+  std::shared_ptr<gpu_comm> gpu() const noexcept { return gpu_; }
+  void set_gpu(std::shared_ptr<gpu_comm> g) noexcept { gpu_ = std::move(g); }
 
 private:
   void run();
@@ -154,7 +171,11 @@ private:
   bool owns_comm_;
   std::atomic<clock::rep> timeout_;
   std::atomic<bool> broken_{false};
-  std::exception_ptr broken_error_;  // set once, before broken_
+  std::atomic<bool> breaking_{false};  // claimed by the one caller that sets broken_error_
+  std::exception_ptr broken_error_;    // set once, before broken_
+
+  std::mutex gpu_mu_;
+  std::shared_ptr<gpu_comm> gpu_;  // guarded by gpu_mu_ when set; dropped by stop()
 
   mutable std::mutex issue_mu_;
   std::uint64_t issued_ = 0;       // sequence numbers handed out

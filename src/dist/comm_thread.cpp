@@ -71,6 +71,8 @@ const char* kind_name(op_kind k) noexcept {
     return "recv";
   case op_kind::split:
     return "split";
+  case op_kind::setup:
+    return "gpu_setup";
   }
   return "?";
 }
@@ -168,6 +170,13 @@ void comm_state::stop() {
   }
   cv_.notify_one();
   thread_.join();
+  std::shared_ptr<gpu_comm> gpu;
+  {
+    std::lock_guard lock(gpu_mu_);
+    gpu.swap(gpu_);
+  }
+  // Dropped here, at exit at the latest, while CUDA is still up: NCCL's communicator goes with
+  // the last op that holds it.
 }
 
 bool comm_state::drained() const {
@@ -267,6 +276,13 @@ void comm_state::start(std::unique_ptr<request> r) {
     return;
   }
   r->deadline = clock::now() + clock::duration(timeout_.load(std::memory_order_relaxed));
+  if (r->kind == op_kind::setup) {
+    // Blocking, like a split (MPI_Bcast of NCCL's id): every rank reaches it in this order.
+    ++next_start_;
+    std::lock_guard lock(mpi_lock());
+    r->setup(comm_, nullptr);
+    return;
+  }
   if (r->kind == op_kind::split) {
     ++next_start_;
     // MPI-3.1 has no non-blocking split: the other ranks reach it in the same order. It blocks
@@ -369,7 +385,8 @@ void comm_state::start_mpi(request& r) {
       rc = MPI_Irecv(r.out, r.count, MPI_FLOAT, r.peer, r.tag, comm_, &req);
       break;
     case op_kind::split:
-      break;
+    case op_kind::setup:
+      break;  // started by start()
     }
   }
   if (rc != MPI_SUCCESS) {
@@ -474,7 +491,7 @@ void comm_state::check_done(std::unique_ptr<request> r) {
       mismatch = true;
       const auto kind = static_cast<op_kind>(theirs[2]);
       differ << "; rank " << q << " starts collective #" << theirs[1] << ", "
-             << (theirs[2] <= static_cast<std::uint64_t>(op_kind::split) ? kind_name(kind) : "?")
+             << (theirs[2] <= static_cast<std::uint64_t>(op_kind::setup) ? kind_name(kind) : "?")
              << " of " << theirs[3] << " elements";
     }
   }
@@ -509,6 +526,10 @@ void comm_state::finish(std::unique_ptr<request> r, std::exception_ptr error) {
     r->split_result->set_exception(error);  // a split ends here only when it fails
     return;
   }
+  if (r->setup) {
+    r->setup(MPI_COMM_NULL, error);  // likewise
+    return;
+  }
   r->keep.clear();  // before the op ends: its tensors may be freed by then
   r->complete(std::move(error));
 }
@@ -535,7 +556,7 @@ void comm_state::check_timeouts() {
 }
 
 void comm_state::mark_broken(std::exception_ptr error) {
-  if (!broken()) {
+  if (!breaking_.exchange(true, std::memory_order_acq_rel)) {
     broken_error_ = std::move(error);  // written once, before the flag that publishes it
     broken_.store(true, std::memory_order_release);
   }

@@ -1,4 +1,5 @@
-// The main of cotensor_cuda_tests: doctest's, behind a check for a GPU.
+// The main of cotensor_cuda_tests (and of cotensor_nccl_tests, which defines
+// COTENSOR_GPU_TEST_PROGRAM): doctest's, behind a check for a GPU.
 //
 // Without a usable CUDA device every case would fail, so the whole executable is skipped
 // instead: it prints why and returns 77, which ctest's SKIP_RETURN_CODE reports as skipped.
@@ -16,6 +17,10 @@
 #include <iostream>
 #include <string>
 #include <string_view>
+
+#ifndef COTENSOR_GPU_TEST_PROGRAM
+#define COTENSOR_GPU_TEST_PROGRAM "cotensor_cuda_tests"
+#endif
 
 namespace {
 
@@ -82,10 +87,10 @@ int main(int argc, char** argv) {
       reason = "cuda_device_count() is 0";
     }
     if (gpu_required()) {
-      std::cerr << "cotensor_cuda_tests: no usable GPU: " << reason << '\n';
+      std::cerr << COTENSOR_GPU_TEST_PROGRAM ": no usable GPU: " << reason << '\n';
       return 1;
     }
-    std::cout << "cotensor_cuda_tests: skipped: no usable GPU (" << reason << ")\n";
+    std::cout << COTENSOR_GPU_TEST_PROGRAM ": skipped: no usable GPU (" << reason << ")\n";
     return 77;
   }
   doctest::Context context(argc, argv);
