@@ -192,6 +192,7 @@ bool comm_state::drained() const {
 void comm_state::run() {
   clock::time_point stop_deadline{};
   auto last_work = clock::now();
+  unsigned polls = 0;
   for (;;) {
     {
       std::unique_lock lock(mu_);
@@ -232,7 +233,9 @@ void comm_state::run() {
       last_work = now;
     }
     if (now - last_work < busy_poll) {
-      std::this_thread::yield();
+      if (++polls % 16 == 0) {
+        std::this_thread::yield();
+      }
     } else {
       std::unique_lock lock(mu_);
       // Not woken by stopping_: a drain with work in flight polls like any other wait.

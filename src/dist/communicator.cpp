@@ -41,6 +41,41 @@ clock::duration timeout_from_env() {
   return std::chrono::seconds(300);
 }
 
+bool tune_from_env() {
+  const char* s = std::getenv("COTENSOR_DIST_TUNE");
+  return s == nullptr || std::string(s) != "0";
+}
+
+// Open MPI 4.1's non-blocking all-reduce (coll/libnbc) picks a binomial tree (a reduce, then a
+// broadcast: every byte crosses twice) for fewer than 4 ranks and for every in-place call, which
+// is every cotensor call; its blocking MPI_Allreduce does not. On 2 ranks of one machine that
+// made cotensor's all-reduce of 1 MiB to 64 MiB take 2.2-2.5x the time of MPI_Allreduce
+// (bench/results/2026-11-23-debian12-2core-dist.txt). Its Rabenseifner algorithm (a
+// reduce-scatter, then an all-gather) brings it to 0.75-1.08x. Selected through the standard
+// MPI tool interface, only when the user has not chosen an algorithm (the variable is still 0,
+// "ignore") and COTENSOR_DIST_TUNE is not 0. Elsewhere (MPICH) the variable does not exist and
+// nothing changes. Under the MPI lock.
+void prefer_rabenseifner_all_reduce() {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+    return;
+  }
+  int index = -1;
+  if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) == MPI_SUCCESS) {
+    MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
+    int count = 0;
+    if (MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+      int value = -1;
+      if (count == 1 && MPI_T_cvar_read(handle, &value) == MPI_SUCCESS && value == 0) {
+        const int rabenseifner = 3;
+        (void)MPI_T_cvar_write(handle, &rabenseifner);
+      }
+      MPI_T_cvar_handle_free(&handle);
+    }
+  }
+  MPI_T_finalize();
+}
+
 bool check_from_env() {
   const char* s = std::getenv("COTENSOR_DIST_CHECK");
   return s != nullptr && *s != '\0' && std::string(s) != "0";
@@ -79,6 +114,9 @@ public:
                 ", less than MPI_THREAD_SERIALIZED, which the communication threads need");
       }
       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      if (tune_from_env()) {
+        prefer_rabenseifner_all_reduce();
+      }
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       MPI_Comm_size(MPI_COMM_WORLD, &size);
     };
