@@ -84,9 +84,12 @@ struct request {
   int color = 0;
   int key = 0;
   std::promise<std::shared_ptr<comm_state>>* split_result = nullptr;
-  // setup: called once on the communication thread, under the MPI lock, in issue order: with
-  // the communicator, or with the error that keeps it from running (a broken communicator).
-  std::function<void(MPI_Comm, std::exception_ptr)> setup;
+  // setup: `raw` (`count` bytes, kept alive by `keep_raw`) is broadcast from rank 0
+  // (MPI_Ibcast, in issue order, under the timeout); then `setup` is called once, with null or
+  // the error that ended it.
+  std::function<void(std::exception_ptr)> setup;
+  void* raw = nullptr;
+  std::shared_ptr<void> keep_raw;
   // on the communication thread
   bool checking = false;  // in flight: the COTENSOR_DIST_CHECK all-gather
   std::array<std::uint64_t, 4> check_mine{};
@@ -94,12 +97,23 @@ struct request {
   clock::time_point deadline{};
   const char* call = "";  // the MPI function in flight, for errors
 
-  /// Ends the op (once; a phantom has none): failed with `error` unless null.
+  request() = default;
+  request(const request&) = delete;
+  request& operator=(const request&) = delete;
+  /// A request dropped unfinished (the thread stopped first) ends what waits on it, failed.
+  ~request();
+
+  /// Ends the op (once; a phantom has none), or the setup: failed with `error` unless null.
   void complete(std::exception_ptr error) noexcept {
     if (done) {
       auto d = std::move(*done);
       done.reset();
       cotensor::detail::complete_here(d, std::move(error));  // no hop: this thread is ours
+    }
+    if (setup) {
+      auto s = std::move(setup);
+      setup = nullptr;
+      s(std::move(error));
     }
   }
   /// Makes this a phantom: zeroed scratch buffers of the sizes its op needs on `size` ranks.
@@ -139,7 +153,7 @@ public:
   /// The error every op fails with once the communicator is broken.
   std::exception_ptr broken_error() const;
   /// Marks the communicator broken with `error` (the first caller's error stays); any thread.
-  void fail(std::exception_ptr error) noexcept { mark_broken(std::move(error)); }
+  void fail(std::exception_ptr error) noexcept { (void)mark_broken(std::move(error)); }
   /// How long an op may take once started.
   clock::duration timeout() const noexcept {
     return clock::duration(timeout_.load(std::memory_order_relaxed));
@@ -150,6 +164,9 @@ public:
   std::mutex& gpu_mutex() noexcept { return gpu_mu_; }
   std::shared_ptr<gpu_comm> gpu() const noexcept { return gpu_; }
   void set_gpu(std::shared_ptr<gpu_comm> g) noexcept { gpu_ = std::move(g); }
+  /// Why the GPU path could not be made, for every later GPU collective (under gpu_mutex).
+  std::exception_ptr gpu_error() const noexcept { return gpu_error_; }
+  void set_gpu_error(std::exception_ptr e) noexcept { gpu_error_ = std::move(e); }
 
 private:
   void run();
@@ -161,7 +178,8 @@ private:
   void finish(std::unique_ptr<request> r, std::exception_ptr error);
   void check_done(std::unique_ptr<request> r);
   void break_all(std::exception_ptr error);
-  void mark_broken(std::exception_ptr error);
+  // Marks the communicator broken; returns the error it is broken with (the first caller's).
+  std::exception_ptr mark_broken(std::exception_ptr error) noexcept;
   bool drained() const;  // under mu_
 
   MPI_Comm comm_;
@@ -175,7 +193,8 @@ private:
   std::exception_ptr broken_error_;    // set once, before broken_
 
   std::mutex gpu_mu_;
-  std::shared_ptr<gpu_comm> gpu_;  // guarded by gpu_mu_ when set; dropped by stop()
+  std::shared_ptr<gpu_comm> gpu_;  // guarded by gpu_mu_; dropped by stop()
+  std::exception_ptr gpu_error_;   // guarded by gpu_mu_: the setup failed, for good
 
   mutable std::mutex issue_mu_;
   std::uint64_t issued_ = 0;       // sequence numbers handed out
@@ -185,6 +204,7 @@ private:
   std::condition_variable cv_;
   std::vector<std::unique_ptr<request>> incoming_;  // posted, not yet seen by the thread
   bool stopping_ = false;
+  bool exited_ = false;  // the thread has left run(): post() drops what comes
 
   // The communication thread's own.
   std::map<std::uint64_t, std::unique_ptr<request>> ready_;  // by seq

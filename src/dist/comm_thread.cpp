@@ -1,6 +1,8 @@
 // The communication thread of a communicator: starts requests in issue order, keeps them in
 // flight and completes them. See comm_state.hpp.
 
+#include "cotensor/error.hpp"
+
 #include "dist/comm_state.hpp"
 
 #include <algorithm>
@@ -77,6 +79,19 @@ const char* kind_name(op_kind k) noexcept {
   return "?";
 }
 
+request::~request() {
+  if (!done && !setup && split_result == nullptr) {
+    return;
+  }
+  auto error = std::make_exception_ptr(std::system_error(
+      make_error_code(cotensor::errc::op_abandoned),
+      std::string("cotensor::dist::") + kind_name(kind) + ": the communicator stopped first"));
+  if (split_result != nullptr) {
+    split_result->set_exception(error);
+  }
+  complete(error);
+}
+
 void request::make_phantom(int size) {
   const auto n = static_cast<std::size_t>(count);
   const auto ranks = static_cast<std::size_t>(size);
@@ -129,9 +144,12 @@ std::uint64_t comm_state::next_seq(bool collective, std::uint64_t& coll_seq) {
 void comm_state::post(std::unique_ptr<request> r) {
   {
     std::lock_guard lock(mu_);
-    incoming_.push_back(std::move(r));
+    if (!exited_) {
+      incoming_.push_back(std::move(r));
+    }
   }
   cv_.notify_one();
+  // Else `r` goes here, failing what waits on it.
 }
 
 std::exception_ptr comm_state::broken_error() const { return broken_error_; }
@@ -242,11 +260,22 @@ void comm_state::run() {
       cv_.wait_for(lock, slow_poll, [this] { return !incoming_.empty(); });
     }
   }
+  // From here on post() drops what comes; what came and never started fails now (a setup or a
+  // split waiting for it would wait forever).
+  std::vector<std::unique_ptr<request>> unstarted;
+  {
+    std::lock_guard lock(mu_);
+    exited_ = true;
+    unstarted.swap(incoming_);
+  }
+  const std::size_t never_started = unstarted.size() + ready_.size();
+  unstarted.clear();
+  ready_.clear();
   // Zombies (timed out, never completed) are left to MPI: freeing their buffers would let a
   // late completion write to freed memory, so they and their tensors stay.
-  if (!in_flight_.empty() || !zombies_.empty() || !ready_.empty()) {
+  if (!in_flight_.empty() || !zombies_.empty() || never_started != 0) {
     std::fprintf(stderr, "cotensor::dist: %zu op(s) still pending at exit\n",
-                 in_flight_.size() + zombies_.size() + ready_.size());
+                 in_flight_.size() + zombies_.size() + never_started);
     for (auto& r : in_flight_) {
       (void)r.release();
     }
@@ -279,13 +308,6 @@ void comm_state::start(std::unique_ptr<request> r) {
     return;
   }
   r->deadline = clock::now() + clock::duration(timeout_.load(std::memory_order_relaxed));
-  if (r->kind == op_kind::setup) {
-    // Blocking, like a split (MPI_Bcast of NCCL's id): every rank reaches it in this order.
-    ++next_start_;
-    std::lock_guard lock(mpi_lock());
-    r->setup(comm_, nullptr);
-    return;
-  }
   if (r->kind == op_kind::split) {
     ++next_start_;
     // MPI-3.1 has no non-blocking split: the other ranks reach it in the same order. It blocks
@@ -306,7 +328,8 @@ void comm_state::start(std::unique_ptr<request> r) {
       }
     }
     if (rc != MPI_SUCCESS) {
-      r->split_result->set_exception(mpi_error(rc, "cotensor::dist::split: MPI_Comm_split"));
+      std::exchange(r->split_result, nullptr)
+          ->set_exception(mpi_error(rc, "cotensor::dist::split: MPI_Comm_split"));
       return;
     }
     try {
@@ -317,9 +340,9 @@ void comm_state::start(std::unique_ptr<request> r) {
         MPI_Comm_free(&out);
       });
       register_split(child);
-      r->split_result->set_value(std::move(child));
+      std::exchange(r->split_result, nullptr)->set_value(std::move(child));
     } catch (...) {
-      r->split_result->set_exception(std::current_exception());
+      std::exchange(r->split_result, nullptr)->set_exception(std::current_exception());
     }
     return;
   }
@@ -387,8 +410,11 @@ void comm_state::start_mpi(request& r) {
       r.call = "MPI_Irecv";
       rc = MPI_Irecv(r.out, r.count, MPI_FLOAT, r.peer, r.tag, comm_, &req);
       break;
-    case op_kind::split:
     case op_kind::setup:
+      r.call = "MPI_Ibcast";
+      rc = MPI_Ibcast(r.raw, r.count, MPI_BYTE, 0, comm_, &req);
+      break;
+    case op_kind::split:
       break;  // started by start()
     }
   }
@@ -435,8 +461,7 @@ bool comm_state::test_in_flight() {
                       statuses.data());
   }
   if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
-    mark_broken(mpi_error(rc, "cotensor::dist: MPI_Testsome"));
-    break_all(broken_error_);
+    break_all(mark_broken(mpi_error(rc, "cotensor::dist: MPI_Testsome")));
     return true;
   }
   if (count == 0 || count == MPI_UNDEFINED) {
@@ -503,9 +528,8 @@ void comm_state::check_done(std::unique_ptr<request> r) {
     what << "cotensor::dist: collectives issued in different orders (COTENSOR_DIST_CHECK): rank "
          << rank_ << " starts collective #" << r->coll_seq << ", " << kind_name(r->kind) << " of "
          << r->count << " elements" << differ.str();
-    auto error = std::make_exception_ptr(std::runtime_error(what.str()));
     // The ranks no longer agree on what comes next: nothing later on this group can match.
-    mark_broken(error);
+    auto error = mark_broken(std::make_exception_ptr(std::runtime_error(what.str())));
     finish(std::move(r), error);
     break_all(error);
     return;
@@ -526,11 +550,7 @@ void comm_state::finish(std::unique_ptr<request> r, std::exception_ptr error) {
     }
   }
   if (r->split_result != nullptr) {
-    r->split_result->set_exception(error);  // a split ends here only when it fails
-    return;
-  }
-  if (r->setup) {
-    r->setup(MPI_COMM_NULL, error);  // likewise
+    std::exchange(r->split_result, nullptr)->set_exception(error);  // only when it fails
     return;
   }
   r->keep.clear();  // before the op ends: its tensors may be freed by then
@@ -551,18 +571,23 @@ void comm_state::check_timeouts() {
                   .count()
            << " ms (" << (r->checking ? "MPI_Iallgather (check)" : r->call) << ", rank " << rank_
            << " of " << size_ << "); the communicator is broken";
-      mark_broken(timed_out(what.str()));
-      break_all(broken_error_);
+      break_all(mark_broken(timed_out(what.str())));
       return;
     }
   }
 }
 
-void comm_state::mark_broken(std::exception_ptr error) {
+std::exception_ptr comm_state::mark_broken(std::exception_ptr error) noexcept {
   if (!breaking_.exchange(true, std::memory_order_acq_rel)) {
     broken_error_ = std::move(error);  // written once, before the flag that publishes it
     broken_.store(true, std::memory_order_release);
+    return broken_error_;
   }
+  // Another thread (the NCCL watchdog) is publishing its error: wait for it.
+  while (!broken_.load(std::memory_order_acquire)) {
+    std::this_thread::yield();
+  }
+  return broken_error_;
 }
 
 void comm_state::break_all(std::exception_ptr error) {

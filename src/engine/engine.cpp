@@ -235,6 +235,12 @@ void engine::complete_here(op_node* op, std::exception_ptr error) noexcept {
   if (!op->ended.exchange(true, std::memory_order_acq_rel)) {
     op->own = std::move(error);
   }
+  if (options_.synchronous) {
+    // The retire would run dependents right here (synchronous dispatch): not on the
+    // completing thread, which has its own work.
+    drop_hold(op, false);
+    return;
+  }
   const backend_thread_guard backend;  // the retire may not run ops or wait inline here
   drop_hold(op, true);
 }
