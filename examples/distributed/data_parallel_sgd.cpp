@@ -13,6 +13,7 @@
 // epoch (rank 0).
 //
 // On one machine:       mpirun -np 2 ./data_parallel_sgd [--no-overlap] [--epochs N]
+//                       [--device cpu|cuda]   (cuda: a GPU per rank, collectives on NCCL)
 // On two hosts a and b: mpirun -H a,b -np 2 ./data_parallel_sgd   (the same binary and path
 //                       on both; see docs/distributed.md)
 #include <cotensor/cotensor.hpp>
@@ -82,12 +83,13 @@ dataset make_data() {
   return d;
 }
 
-// Rows [first, first + count) as an X tensor and a y tensor.
-std::pair<tensor, tensor> rows(const dataset& d, int first, int count) {
+// Rows [first, first + count) as an X tensor and a y tensor on `where`.
+std::pair<tensor, tensor> rows(const dataset& d, int first, int count, device where) {
   const auto begin = static_cast<std::ptrdiff_t>(first);
   std::vector<float> x(d.x.begin() + begin * features, d.x.begin() + (begin + count) * features);
   std::vector<float> y(d.y.begin() + begin, d.y.begin() + begin + count);
-  return {from_vector(std::move(x), {count, features}), from_vector(std::move(y), {count, 1})};
+  return {from_vector(std::move(x), {count, features}, where),
+          from_vector(std::move(y), {count, 1}, where)};
 }
 
 struct mlp {
@@ -96,19 +98,19 @@ struct mlp {
   std::vector<tensor*> parameters() { return {&w1, &b1, &w2, &b2, &w3, &b3}; }
 };
 
-// Uniform in ±1/sqrt(fan_in), the same on every rank; biases zero.
-mlp make_mlp() {
+// Uniform in ±1/sqrt(fan_in), the same on every rank; biases zero. On `where`.
+mlp make_mlp(device where) {
   lcg g(7);
-  auto weight = [&g](int in, int out) {
+  auto weight = [&g, where](int in, int out) {
     std::vector<float> v(static_cast<std::size_t>(in) * static_cast<std::size_t>(out));
     const float scale = 1.0F / std::sqrt(static_cast<float>(in));
     for (auto& e : v) {
       e = g.uniform() * scale;
     }
-    return from_vector(std::move(v), {in, out});
+    return from_vector(std::move(v), {in, out}, where);
   };
-  return {weight(features, hidden), zeros({hidden}),   weight(hidden, hidden),
-          zeros({hidden}),          weight(hidden, 1), zeros({1})};
+  return {weight(features, hidden), zeros({hidden}, where), weight(hidden, hidden),
+          zeros({hidden}, where),   weight(hidden, 1),      zeros({1}, where)};
 }
 
 // One step on (x, y): forward, backward, and the update by the gradients that `reduce` returns
@@ -147,6 +149,7 @@ tensor step(mlp& net, const tensor& x, const tensor& y, Reduce reduce) {
 struct options {
   bool overlap = true;
   int epochs = 5;
+  bool gpu = false;
 };
 
 options parse(int argc, char** argv) {
@@ -156,13 +159,22 @@ options parse(int argc, char** argv) {
       o.overlap = false;
     } else if (std::strcmp(argv[i], "--epochs") == 0 && i + 1 < argc) {
       o.epochs = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      const std::string d = argv[++i];
+      o.gpu = d == "cuda";
+      if (!o.gpu && d != "cpu") {
+        o.epochs = 0;  // the usage below
+        break;
+      }
     } else {
       o.epochs = 0;  // unknown: the usage below
       break;
     }
   }
   if (o.epochs < 2) {
-    std::fprintf(stderr, "usage: data_parallel_sgd [--no-overlap] [--epochs N (>= 2)]\n");
+    std::fprintf(
+        stderr,
+        "usage: data_parallel_sgd [--no-overlap] [--epochs N (>= 2)] [--device cpu|cuda]\n");
     std::exit(2);
   }
   return o;
@@ -188,11 +200,21 @@ int main(int argc, char** argv) {
                  size);
     return 1;
   }
+  // --device cuda: each rank on a GPU of its machine (NCCL takes one rank per GPU).
+  device where = device::cpu();
+  if (opts.gpu) {
+    if (cuda_device_count() == 0) {
+      std::fprintf(stderr, "rank %d: no usable GPU: %s\n", rank,
+                   unavailable_reason(device::cuda(0)).c_str());
+      return 1;
+    }
+    where = device::cuda(rank % cuda_device_count());
+  }
   const dataset data = make_data();
   const int shard = global_batch / size;
 
   // Data-parallel: this rank's replica, its shard of each global batch, averaged gradients.
-  mlp net = make_mlp();
+  mlp net = make_mlp(where);
   auto all_reduce_avg = [&opts](tensor g) {
     dist::all_reduce(g, dist::reduce_op::avg);
     if (!opts.overlap) {
@@ -204,9 +226,9 @@ int main(int argc, char** argv) {
   std::vector<double> seconds;
   for (int epoch = 0; epoch < opts.epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
-    tensor epoch_loss = zeros({});
+    tensor epoch_loss = zeros({}, where);
     for (int first = 0; first < samples; first += global_batch) {
-      auto [x, y] = rows(data, first + rank * shard, shard);
+      auto [x, y] = rows(data, first + rank * shard, shard, where);
       tensor loss = step(net, x, y, all_reduce_avg);
       dist::all_reduce(loss, dist::reduce_op::avg);  // the global batch's loss
       epoch_loss += loss;
@@ -222,12 +244,12 @@ int main(int argc, char** argv) {
   }
 
   // The same training in one process, on whole global batches, for the check.
-  mlp single = make_mlp();
+  mlp single = make_mlp(where);
   std::vector<float> single_losses;
   for (int epoch = 0; epoch < opts.epochs; ++epoch) {
-    tensor epoch_loss = zeros({});
+    tensor epoch_loss = zeros({}, where);
     for (int first = 0; first < samples; first += global_batch) {
-      auto [x, y] = rows(data, first, global_batch);
+      auto [x, y] = rows(data, first, global_batch, where);
       epoch_loss += step(single, x, y, [](tensor g) { return g; });
     }
     single_losses.push_back(epoch_loss.item() / steps_per_epoch);
