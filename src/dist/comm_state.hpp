@@ -123,9 +123,9 @@ struct request {
 /// A communicator: its MPI handle, its queue and its communication thread.
 class comm_state : public std::enable_shared_from_this<comm_state> {
 public:
-  /// Takes `comm` (MPI_COMM_WORLD or a split), whose rank and size are given.
-  comm_state(
-      MPI_Comm comm, int rank, int size, bool check, clock::duration timeout, bool owns_comm);
+  /// Takes `comm` (MPI_COMM_WORLD or a split), whose rank and size are given. A split's
+  /// communicator is freed by the `fini` step its thread runs (start_thread).
+  comm_state(MPI_Comm comm, int rank, int size, bool check, clock::duration timeout);
   comm_state(const comm_state&) = delete;
   comm_state& operator=(const comm_state&) = delete;
   ~comm_state();
@@ -186,7 +186,6 @@ private:
   int rank_;
   int size_;
   bool check_;
-  bool owns_comm_;
   std::atomic<clock::rep> timeout_;
   std::atomic<bool> broken_{false};
   std::atomic<bool> breaking_{false};  // claimed by the one caller that sets broken_error_

@@ -121,10 +121,8 @@ void request::make_phantom(int size) {
   done.reset();
 }
 
-comm_state::comm_state(
-    MPI_Comm comm, int rank, int size, bool check, clock::duration timeout, bool owns_comm)
-    : comm_(comm), rank_(rank), size_(size), check_(check), owns_comm_(owns_comm),
-      timeout_(timeout.count()) {}
+comm_state::comm_state(MPI_Comm comm, int rank, int size, bool check, clock::duration timeout)
+    : comm_(comm), rank_(rank), size_(size), check_(check), timeout_(timeout.count()) {}
 
 comm_state::~comm_state() { stop(); }
 
@@ -333,8 +331,8 @@ void comm_state::start(std::unique_ptr<request> r) {
       return;
     }
     try {
-      auto child = std::make_shared<comm_state>(out, rank, size, check_,
-                                                clock::duration(timeout_.load()), true);
+      auto child =
+          std::make_shared<comm_state>(out, rank, size, check_, clock::duration(timeout_.load()));
       child->start_thread(nullptr, [out]() mutable {
         std::lock_guard lock(mpi_lock());
         MPI_Comm_free(&out);

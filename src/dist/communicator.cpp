@@ -122,8 +122,8 @@ public:
     };
     // MPI_Init_thread runs on the world's communication thread, which finalises MPI too
     // (MPI-3.1 §12.4.3: on the thread that initialised it).
-    world_ = std::make_shared<comm_state>(MPI_COMM_WORLD, 0, 1, check_from_env(),
-                                          timeout_from_env(), false);
+    world_ =
+        std::make_shared<comm_state>(MPI_COMM_WORLD, 0, 1, check_from_env(), timeout_from_env());
     world_->start_thread(init, [this] {
       std::lock_guard lock(mpi_lock());
       if (finalize_) {
