@@ -1,7 +1,9 @@
 #pragma once
 
-// Collectives and point-to-point transfers between processes, as engine ops, on MPI.
-// Built only with COTENSOR_WITH_MPI (cotensor/config.hpp).
+// Collectives and point-to-point transfers between processes, as engine ops: on MPI for CPU
+// tensors, on NCCL for GPU tensors (all_reduce, broadcast, all_gather, reduce_scatter) in
+// builds that have the CUDA backend too. Built only with COTENSOR_WITH_MPI
+// (cotensor/config.hpp). See docs/distributed.md.
 
 #include "cotensor/config.hpp"
 
@@ -22,9 +24,11 @@ class comm_state;
 /// Each communicator has one communication thread, which makes every MPI call for it: it
 /// starts the collectives in the order they were issued (never in the order their inputs
 /// became ready, so every rank starts them in the same order), keeps several in flight and
-/// invokes their completions. Ops issued on one communicator from several threads at once are
-/// ordered by whichever call comes first: issue collectives from one thread, or order the
-/// threads yourself, as MPI demands.
+/// invokes their completions. Its GPU collectives go to an NCCL communicator over the same
+/// ranks, made with the first of them, watched by a thread of its own for NCCL's asynchronous
+/// errors and the timeout (either aborts it). Ops issued on one communicator from several
+/// threads at once are ordered by whichever call comes first: issue collectives from one
+/// thread, or order the threads yourself, as MPI demands.
 ///
 /// Errors: an MPI failure fails the op with `std::system_error` naming MPI's message. An op not
 /// complete within the communicator's timeout (`set_timeout`; initially `COTENSOR_DIST_TIMEOUT_S`
@@ -40,7 +44,9 @@ class communicator {
 public:
   /// Every process of the job (MPI_COMM_WORLD). The first call initialises MPI
   /// (MPI_Init_thread, MPI_THREAD_SERIALIZED) and starts its communication thread; MPI is
-  /// finalised at exit, after every op issued on any communicator has ended. Throws
+  /// finalised at exit, after every op issued on any communicator has ended. Under Open MPI it
+  /// selects the Rabenseifner algorithm for non-blocking all-reduce unless the user chose one
+  /// or COTENSOR_DIST_TUNE=0 (docs/distributed.md). Throws
   /// std::system_error if MPI cannot be initialised or provides less than
   /// MPI_THREAD_SERIALIZED.
   static communicator world();
@@ -83,17 +89,27 @@ enum class reduce_op { sum, avg, max, min };
 // ops around it by the tensors it touches, like any op, and awaited like any op (`co_await
 // t.ready()`, `wait`, `wait_all`, scopes).
 //
-// Completion: the op ends when its MPI operation has completed on this rank; its outputs are
-// then released to their readers and waiters resume on their own executors.
+// Completion: the op ends when its MPI operation has completed on this rank (for a GPU tensor:
+// when the NCCL kernel has, seen by the device's event poller); its outputs are then released
+// to their readers and waiters resume on their own executors. The communicator's thread ends
+// CPU collectives itself.
+//
+// GPU tensors: the result stays on the tensor's device. The first GPU collective on a
+// communicator blocks the calling thread until every rank has made its NCCL communicator (its
+// id goes from rank 0 by MPI); later ones return at once. One device per rank per
+// communicator. The work waits on the device for the work issued before it there (no host
+// wait) and runs on a stream of the communicator's own, so compute on other tensors overlaps it.
 //
 // Errors: bad arguments throw std::invalid_argument at the call, with nothing issued: an empty
-// tensor, a rank out of range, a tensor not on the CPU (GPU tensors need the NCCL path, not
-// built yet), a shape the op cannot split. A failure later fails the op and so every wait on
-// what it writes: an MPI error (std::system_error naming it), a timeout or a broken
-// communicator (std::system_error, std::errc::timed_out), a mismatch found by
-// COTENSOR_DIST_CHECK (std::runtime_error). An error in an input (from the op that computed
-// it) passes on to the outputs; the collective still takes part with this rank's buffer
-// zeroed, so that the other ranks do not hang.
+// tensor, a rank out of range, a GPU tensor in a build without NCCL or in `send`/`recv`, a
+// second device on one communicator, a shape the op cannot split. NCCL missing or failing to
+// set up throws std::system_error at the call (and breaks the communicator). A failure later
+// fails the op and so every wait on what it writes: an MPI or NCCL error (std::system_error
+// naming it, categories "mpi" and "nccl"), a timeout or a broken communicator
+// (std::system_error, std::errc::timed_out), a mismatch found by COTENSOR_DIST_CHECK
+// (std::runtime_error; CPU collectives only). An error in an input (from the op that computed
+// it) passes on to the outputs; the collective still takes part with zeros, so that the other
+// ranks do not hang.
 //
 // Cancellation: none: an op in flight runs to its end or its timeout.
 //
@@ -122,11 +138,12 @@ tensor reduce_scatter(const tensor& t,
                       const communicator& c = communicator::world());
 
 /// Sends `t`'s elements to rank `dest`, matched by a `recv` there with this rank as source and
-/// the same `tag` (non-negative). Reads `t`. Sends to one rank with one tag arrive in order.
+/// the same `tag` (non-negative). Reads `t`, a CPU tensor. Sends to one rank with one tag
+/// arrive in order.
 void send(const tensor& t, int dest, int tag, const communicator& c = communicator::world());
 
 /// Receives into `t` the elements of a `send` from rank `source` with tag `tag` (the sender
-/// sends exactly `t.numel()` elements; more is an MPI error). Writes `t`.
+/// sends exactly `t.numel()` elements; more is an MPI error). Writes `t`, a CPU tensor.
 void recv(tensor& t, int source, int tag, const communicator& c = communicator::world());
 
 }  // namespace cotensor::dist
