@@ -53,7 +53,9 @@ void check_tensor(const char* what, const tensor& t, bool gpu_ok = true) {
   }
 }
 
+#if COTENSOR_HAVE_NCCL
 bool on_gpu(const tensor& t) noexcept { return !t.device().is_cpu(); }
+#endif
 
 void check_rank(const char* what, const char* role, int r, const communicator& c) {
   if (r < 0 || r >= c.size()) {
