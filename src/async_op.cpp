@@ -95,8 +95,7 @@ void issue(std::span<const tensor> reads,
   for (const tensor& r : reads) {
     add_access(*op, r.storage(), access_mode::read);
   }
-  op->runs_user_code = !quick_start;
-  op->starts_quickly = quick_start;
+  op->runs_user_code = !quick_start;  // ours may run at the call, at any size (runs_inline)
   op->kernel.emplace_async([name = std::move(name), start = std::move(start), in = std::move(in),
                             out = std::move(out),
                             ctx = async_op_context()](op_completion done) mutable {

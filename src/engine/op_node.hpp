@@ -48,8 +48,6 @@ struct op_node {
   std::size_t written_bytes = 0;   // counted in flight by admission
   bool holds_room = true;          // false once an op that completes later gave its room back
   bool runs_user_code = false;     // `map`, `async_op`: never run inline on the issuing thread
-  bool starts_quickly = false;     // a start of our own that only hands the op on: inline at
-                                   // any size (issue_quick_async_op)
   bool accesses_released = false;  // by op_completion::release_accesses, before the end
   std::exception_ptr inherited;    // an input's error: the work was skipped
   std::exception_ptr own;          // the error the op's work raised
