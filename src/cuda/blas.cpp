@@ -4,7 +4,6 @@
 
 #include "cuda/library.hpp"
 
-#include <dlfcn.h>
 #include <string>
 #include <system_error>
 
@@ -37,20 +36,6 @@ loaded load() {
 }
 
 }  // namespace
-
-void* open_toolkit_library(const char* soname, std::string& error) {
-  void* h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    const char* why = dlerror();
-    const std::string first = why != nullptr ? why : "?";
-    const std::string beside_toolkit = std::string(COTENSOR_CUDA_LIBRARY_DIR) + "/" + soname;
-    h = dlopen(beside_toolkit.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      error = std::string("cannot load ") + soname + ": " + first;
-    }
-  }
-  return h;
-}
 
 const blas_api& cublas() {
   static const loaded l = load();
