@@ -58,6 +58,9 @@ void issue(std::span<const tensor> reads,
       } else if (t.device() != first->device()) {
         throw_invalid(what, "tensors on different devices");
       }
+      if (t.dtype() != dtype::float32) {  // the context hands out floats
+        throw_invalid(what, "takes float32 tensors, got " + std::string(name(t.dtype())));
+      }
     }
   }
   if (first != nullptr) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 namespace cotensor::detail {
 
@@ -22,15 +23,33 @@ namespace cotensor::detail {
 void require_device(const char* op, device d);
 /// The buffer of `t`; throws std::invalid_argument for an empty tensor.
 const std::shared_ptr<storage>& checked(const tensor& t, const char* op);
-/// A new buffer of `s.numel()` floats on `d`.
-std::shared_ptr<storage> allocate(const char* op, const shape& s, device d);
+/// The device's name, as printed (`cpu`, `cuda:0`).
+std::string device_name(device d);
+/// A new buffer of `s.numel()` elements of `t` on `d`.
+std::shared_ptr<storage>
+allocate(const char* op, const shape& s, device d, dtype t = dtype::float32);
+/// `d`'s kernels, after checking that its `family` of kernels takes `t`: else
+/// std::invalid_argument naming the op, the dtype and the device.
+const kernel_table&
+kernels_checked(const char* op, device d, dtype t, dtype_set kernel_table::*family);
+/// As above, for the elementwise family.
+const kernel_table& kernels_checked(const char* op, device d, dtype t);
+/// Throws std::invalid_argument naming `op` and `d` if `kernel` is null.
+void require_kernel(const char* op, device d, const void* kernel);
+/// `x` converted to `t`: `x` itself when it is `t` already, else a cast op's result.
+tensor cast_to(const tensor& x, dtype t, const char* op);
+/// The C++ scalar `s` as a kernel's operand of dtype `t`; std::invalid_argument if an integer
+/// does not fit `t`.
+scalar_arg scalar_for(const char* op, scalar s, dtype t);
+/// a ⊗ b, promoted and broadcast.
+tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b);
 /// Checks that `a` and `b` are on one device.
 void require_same_device(const char* op, const tensor& a, const tensor& b);
 
 /// a ⊗= b, broadcasting b over a's shape.
 void issue_in_place(const char* op, binary_op kind, const tensor& a, const tensor& b);
 /// a ⊗= s.
-void issue_in_place(const char* op, binary_op kind, const tensor& a, float s);
+void issue_in_place(const char* op, binary_op kind, const tensor& a, scalar s);
 
 /// `async_op` for cotensor's own starts, which only hand the op to a thread of their own and
 /// return (the collectives): when the op is ready at its call, `start` runs there, on the

@@ -3,67 +3,186 @@
 // The kernels the frontend issues, picked by device from tables the backends fill (MXNet's
 // FCompute<cpu> / FCompute<gpu>): the frontend names no backend. Every pointer is a device's
 // implementation, called on one of that device's backend threads with its buffers' memory.
+//
+// Buffers are untyped (`void*`); each kernel takes the dtype of its operands. The frontend has
+// already promoted the operands to one dtype (inserting casts) and checked that the device
+// implements the kernel for it (`supports`): a kernel never sees a dtype it lacks.
 
+#include "cotensor/detail/scalar.hpp"
 #include "cotensor/device.hpp"
+#include "cotensor/dtype.hpp"
 #include "cotensor/shape.hpp"
 
 #include "function_ref.hpp"
 
+#include <cstddef>
 #include <cstdint>
 
 namespace cotensor::detail {
 
-enum class binary_op : std::uint8_t { add, sub, mul, div };
+// Elementwise binary ops (`binary_op`, in cotensor/detail/scalar.hpp). Comparisons and the
+// logical ops write bool; the others write the operands' dtype. On bool, `add` is logical or
+// and `mul` logical and (`sub`, `div`, `maximum` and `minimum` never reach a kernel on bool,
+// nor `div` on integers: the frontend refuses or casts). Integer `add`, `sub` and `mul` wrap
+// (two's complement). `maximum` and `minimum` propagate NaN.
+
+/// True for the ops that write bool.
+constexpr bool writes_bool(binary_op op) noexcept { return op >= binary_op::eq; }
 
 /// The most dimensions a broadcasting `binary` takes on a GPU (the frontend checks it at the
 /// call; the CPU has no limit).
 constexpr int gpu_max_broadcast_rank = 8;
-enum class unary_op : std::uint8_t { neg, relu, exp, log, sqrt, tanh, sigmoid };
+
+/// Elementwise unary ops, writing the input's dtype. The transcendental ones (exp .. gelu) take
+/// float dtypes only; `logical_not` takes bool; `neg` and `abs` wrap on integers.
+enum class unary_op : std::uint8_t {
+  neg,
+  relu,
+  exp,
+  log,
+  sqrt,
+  tanh,
+  sigmoid,
+  abs,
+  logical_not,
+  gelu_erf,
+  gelu_tanh,
+};
+
+/// Reductions over the middle axis of a tensor viewed as [outer, extent, inner]. `sum` writes
+/// int64 for bool and integers, the input's dtype for floats (float16/bfloat16 accumulate in
+/// float32, float32 and float64 in double); `max` and `min` the input's dtype, NaN propagating;
+/// `argmax` and `argmin` int64, the first index of the extreme (of the first NaN if any).
+enum class reduce_op : std::uint8_t { sum, max, min, argmax, argmin };
+
+/// A C++ scalar operand, converted by the frontend for the kernel's dtype: `f` for the float
+/// dtypes, `i` for the integers and bool (0 or 1).
+struct scalar_arg {
+  double f = 0.0;
+  std::int64_t i = 0;
+};
+
+/// A set of dtypes, one bit each.
+using dtype_set = std::uint8_t;
+constexpr dtype_set dtype_bit(dtype t) noexcept {
+  return static_cast<dtype_set>(1U << static_cast<unsigned>(t));
+}
+constexpr dtype_set all_dtypes = 0x7F;
 
 /// One device type's kernels. Results never depend on the number of threads.
 struct kernel_table {
+  /// The dtypes each family of kernels takes on this device; the frontend refuses others at
+  /// the call (std::invalid_argument naming the dtype and the device).
+  dtype_set elementwise_dtypes;  // fill, cast, binary*, unary, where, reduce, gather kernels
+  dtype_set matmul_dtypes;
+  dtype_set randn_dtypes;
+
   /// out[i] = value.
-  void (*fill)(float* out, std::int64_t n, float value);
-  /// out[i] = in[i], both on this device.
-  void (*copy)(const float* in, float* out, std::int64_t n);
-  /// out[i] = host[i], from host memory.
-  void (*copy_from_host)(const float* host, float* out, std::int64_t n);
-  /// host[i] = in[i], into host memory; null for the CPU (its `copy` does it).
-  void (*copy_to_host)(const float* in, float* host, std::int64_t n);
+  void (*fill)(dtype t, void* out, std::int64_t n, scalar_arg value);
+  /// Copies `bytes` bytes, both on this device.
+  void (*copy)(const void* in, void* out, std::size_t bytes);
+  /// Copies `bytes` bytes from host memory.
+  void (*copy_from_host)(const void* host, void* out, std::size_t bytes);
+  /// Copies `bytes` bytes into host memory; null for the CPU (its `copy` does it).
+  void (*copy_to_host)(const void* in, void* host, std::size_t bytes);
+  /// out[i] = in[i] converted from `from` to `to` (casts as documented in docs/dtypes.md:
+  /// float to integer saturates, NaN to 0; to bool is `!= 0`).
+  void (*cast)(dtype from, const void* in, dtype to, void* out, std::int64_t n);
   /// out = a ⊗ b with NumPy broadcasting; `out_shape` is the broadcast shape. `out` may alias
-  /// `a` when `a_shape == out_shape`, or `b` when `b_shape == out_shape`.
+  /// `a` when `a_shape == out_shape`, or `b` when `b_shape == out_shape` (when it has their
+  /// dtype).
   void (*binary)(binary_op op,
-                 const float* a,
+                 dtype t,
+                 const void* a,
                  const shape& a_shape,
-                 const float* b,
+                 const void* b,
                  const shape& b_shape,
-                 float* out,
+                 void* out,
                  const shape& out_shape);
   /// out = a ⊗ b elementwise over `n` elements of equal shape; `out` may alias `a` or `b`.
   void (*binary_same_shape)(
-      binary_op op, const float* a, const float* b, float* out, std::int64_t n);
+      binary_op op, dtype t, const void* a, const void* b, void* out, std::int64_t n);
   /// out = a ⊗ s (or s ⊗ a when `scalar_left`), elementwise; `out` may alias `a`.
-  void (*binary_scalar)(
-      binary_op op, const float* a, float s, bool scalar_left, float* out, std::int64_t n);
+  void (*binary_scalar)(binary_op op,
+                        dtype t,
+                        const void* a,
+                        scalar_arg s,
+                        bool scalar_left,
+                        void* out,
+                        std::int64_t n);
   /// out = f(in) elementwise; `out` may alias `in`. exp, log, tanh and sigmoid within 4 ulp.
-  void (*unary)(unary_op op, const float* in, float* out, std::int64_t n);
-  /// c[m, n] = a[m, k] · b[k, n], row-major, FP32.
-  void (*matmul)(
-      const float* a, const float* b, float* c, std::int64_t m, std::int64_t k, std::int64_t n);
+  void (*unary)(unary_op op, dtype t, const void* in, void* out, std::int64_t n);
+  /// out = cond ? a : b with broadcasting of all three to `out_shape`; `cond` is bool.
+  void (*where)(dtype t,
+                const void* cond,
+                const shape& cond_shape,
+                const void* a,
+                const shape& a_shape,
+                const void* b,
+                const shape& b_shape,
+                void* out,
+                const shape& out_shape);
+  /// c[i] = a[i] · b[i] for `batch` products of [m, k] by [k, n], row-major; the i-th
+  /// operand starts `a_stride`/`b_stride` elements after the previous one (0: the same matrix
+  /// for every product). float16/bfloat16 accumulate in float32.
+  void (*matmul)(dtype t,
+                 const void* a,
+                 const void* b,
+                 void* c,
+                 std::int64_t batch,
+                 std::int64_t m,
+                 std::int64_t k,
+                 std::int64_t n,
+                 std::int64_t a_stride,
+                 std::int64_t b_stride);
   /// out[cols, rows] = in[rows, cols]ᵀ.
-  void (*transpose)(const float* in, float* out, std::int64_t rows, std::int64_t cols);
-  /// out[0] = (Σ in[i]) / divisor, accumulated in double in fixed chunks: deterministic.
-  void (*sum)(const float* in, std::int64_t n, double divisor, float* out);
-  /// out[o, i] = scale · Σ_a in[o, a, i] for a tensor viewed as [outer, extent, inner].
-  void (*sum_axis)(const float* in,
-                   std::int64_t outer,
-                   std::int64_t extent,
-                   std::int64_t inner,
-                   double scale,
-                   float* out);
+  void (*transpose)(dtype t, const void* in, void* out, std::int64_t rows, std::int64_t cols);
+  /// out[o, i] = op over a of in[o, a, i], for a tensor viewed as [outer, extent, inner]; the
+  /// dtype written is `reduce_op`'s. `sum` multiplies by `scale` (1, or 1/extent for a mean).
+  void (*reduce)(reduce_op op,
+                 dtype t,
+                 const void* in,
+                 std::int64_t outer,
+                 std::int64_t extent,
+                 std::int64_t inner,
+                 double scale,
+                 void* out);
+  /// Rows of `bytes` bytes: row r from `in + r·in_stride` to `out + r·out_stride` (concat,
+  /// slice).
+  void (*copy_rows)(const void* in,
+                    std::size_t in_stride,
+                    void* out,
+                    std::size_t out_stride,
+                    std::size_t bytes,
+                    std::int64_t rows);
+  /// out[o, j, :] = in[o, index[j], :] for a tensor viewed as [outer, extent, inner] of
+  /// `item` bytes each; an index outside [-extent, extent) throws std::out_of_range.
+  void (*index_select)(std::size_t item,
+                       const void* in,
+                       std::int64_t outer,
+                       std::int64_t extent,
+                       std::int64_t inner,
+                       const std::int64_t* index,
+                       std::int64_t count,
+                       void* out);
+  /// Softmax (or its logarithm) over each row of [rows, cols], computed in float32 (double
+  /// for float64) after subtracting the row's maximum.
+  void (*softmax)(
+      dtype t, const void* in, void* out, std::int64_t rows, std::int64_t cols, bool log);
+  /// (x − mean) / √(var + eps) · weight + bias over each row of [rows, cols]; `weight` and
+  /// `bias` are [cols], or null for none.
+  void (*layer_norm)(dtype t,
+                     const void* in,
+                     const void* weight,
+                     const void* bias,
+                     void* out,
+                     std::int64_t rows,
+                     std::int64_t cols,
+                     double eps);
   /// Standard normal samples: element i from Philox-4x32-10 block i/4 of stream `stream` under
-  /// key `seed`, through Box-Muller: the same bits on every device.
-  void (*randn)(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream);
+  /// key `seed`, through Box-Muller: the same bits on every device. float16/bfloat16 are the
+  /// float32 samples rounded.
+  void (*randn)(dtype t, void* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream);
   /// Calls `f(begin, end)` over `[0, n)` in chunks of about `grain`, in parallel, on host
   /// threads that may touch the device's memory (`map`'s user functions); null for a device
   /// whose memory the host cannot touch.

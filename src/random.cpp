@@ -3,6 +3,7 @@
 #include "frontend.hpp"
 
 #include <mutex>
+#include <string>
 #include <utility>
 
 namespace cotensor {
@@ -20,15 +21,21 @@ std::pair<std::uint64_t, std::uint64_t> next_stream() {
 
 }  // namespace
 
-tensor randn(shape s, device d) {
-  auto out = detail::allocate("randn", s, d);
+tensor randn(shape s, device d) { return randn(std::move(s), dtype::float32, d); }
+
+tensor randn(shape s, dtype t, device d) {
+  if (!is_floating(t)) {
+    detail::throw_invalid("randn", "needs a float dtype, got " + std::string(name(t)));
+  }
+  const detail::kernel_table& k =
+      detail::kernels_checked("randn", d, t, &detail::kernel_table::randn_dtypes);
+  auto out = detail::allocate("randn", s, d, t);
   const auto next = next_stream();
   const std::uint64_t seed = next.first;
   const std::uint64_t stream = next.second;
-  detail::issue("randn", {}, {out},
-                [k = &detail::kernels_for(d), p = out.get(), n = s.numel(), seed, stream] {
-                  k->randn(p->data(), n, seed, stream);
-                });
+  detail::issue("randn", {}, {out}, [k = &k, t, p = out.get(), n = s.numel(), seed, stream] {
+    k->randn(t, p->raw(), n, seed, stream);
+  });
   return {std::move(out), std::move(s)};
 }
 

@@ -5,9 +5,11 @@
 #include "frontend.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace cotensor {
 
@@ -33,48 +35,69 @@ void tensor::wait() const {
   }
 }
 
-float tensor::item() const {
-  detail::checked(*this, "item");
-  if (numel() != 1) {
-    detail::throw_invalid("item", "needs a tensor of one element, got shape " + shape_.to_string());
-  }
-  if (!device().is_cpu()) {
-    return to(device::cpu()).item();  // a download, awaited through the device's poller
-  }
-  wait();
-  return storage_->data()[0];
+cotensor::dtype tensor::dtype() const noexcept {
+  return storage_ ? storage_->dtype() : cotensor::dtype::float32;
 }
 
-std::vector<float> tensor::to_vector() const {
-  detail::checked(*this, "to_vector");
+tensor tensor::astype(cotensor::dtype t) const {
+  detail::checked(*this, "astype");
+  if (dtype() == t) {  // a copy all the same: the result never aliases this buffer
+    detail::kernels_checked("astype", device(), t);
+    auto out = detail::allocate("astype", shape_, device(), t);
+    const auto& in = storage_;
+    detail::issue("astype", {in}, {out},
+                  [k = &detail::kernels_for(device()), pin = in.get(), po = out.get(),
+                   bytes = static_cast<std::size_t>(numel()) * itemsize(t)] {
+                    k->copy(pin->raw(), po->raw(), bytes);
+                  });
+    return {std::move(out), shape_};
+  }
+  return detail::cast_to(*this, t, "astype");
+}
+
+void tensor::read_to_host(cotensor::dtype t, void* out, const char* what) const {
+  detail::checked(*this, what);
+  if (std::string_view(what) == "item" && numel() != 1) {
+    detail::throw_invalid(what, "needs a tensor of one element, got shape " + shape_.to_string());
+  }
   if (!device().is_cpu()) {
-    return to(device::cpu()).to_vector();
+    // A download, awaited through the device's poller; converted on the host.
+    to(cotensor::device::cpu()).read_to_host(t, out, what);
+    return;
   }
   wait();
-  const float* data = storage_->data();
-  return {data, data + numel()};
+  if (numel() == 0) {
+    return;
+  }
+  if (dtype() == t) {
+    std::memcpy(out, storage_->raw(), static_cast<std::size_t>(numel()) * itemsize(t));
+    return;
+  }
+  // Converted on the calling thread (the value is computed: nothing else writes it now).
+  detail::cpu_kernel_table->cast(dtype(), storage_->raw(), t, out, numel());
 }
 
 tensor tensor::to(cotensor::device d) const {
   const auto& src = detail::checked(*this, "to");
   detail::require_device("to", d);
-  auto dst = detail::allocate("to", shape_, d);
+  auto dst = detail::allocate("to", shape_, d, dtype());
+  const std::size_t bytes = static_cast<std::size_t>(numel()) * itemsize(dtype());
   // A copy between the host and a GPU runs on the GPU's copy streams (see make_op).
   const cotensor::device from = src->device();
   if (from.is_cpu() && !d.is_cpu()) {
     detail::issue("to", {src}, {dst},
-                  [k = &detail::kernels_for(d), in = src.get(), out = dst.get(), n = numel()] {
-                    k->copy_from_host(in->data(), out->data(), n);
+                  [k = &detail::kernels_for(d), in = src.get(), out = dst.get(), bytes] {
+                    k->copy_from_host(in->raw(), out->raw(), bytes);
                   });
   } else if (!from.is_cpu() && d.is_cpu()) {
     detail::issue("to", {src}, {dst},
-                  [k = &detail::kernels_for(from), in = src.get(), out = dst.get(), n = numel()] {
-                    k->copy_to_host(in->data(), out->data(), n);
+                  [k = &detail::kernels_for(from), in = src.get(), out = dst.get(), bytes] {
+                    k->copy_to_host(in->raw(), out->raw(), bytes);
                   });
   } else {
     detail::issue("to", {src}, {dst},
-                  [k = &detail::kernels_for(d), in = src.get(), out = dst.get(), n = numel()] {
-                    k->copy(in->data(), out->data(), n);
+                  [k = &detail::kernels_for(d), in = src.get(), out = dst.get(), bytes] {
+                    k->copy(in->raw(), out->raw(), bytes);
                   });
   }
   return {std::move(dst), shape_};
@@ -86,15 +109,7 @@ tensor& tensor::operator+=(const tensor& rhs) {
   detail::issue_in_place("operator+=", detail::binary_op::add, *this, rhs);
   return *this;
 }
-tensor& tensor::operator+=(float rhs) {
-  detail::issue_in_place("operator+=", detail::binary_op::add, *this, rhs);
-  return *this;
-}
 tensor& tensor::operator-=(const tensor& rhs) {
-  detail::issue_in_place("operator-=", detail::binary_op::sub, *this, rhs);
-  return *this;
-}
-tensor& tensor::operator-=(float rhs) {
   detail::issue_in_place("operator-=", detail::binary_op::sub, *this, rhs);
   return *this;
 }
@@ -102,31 +117,54 @@ tensor& tensor::operator*=(const tensor& rhs) {
   detail::issue_in_place("operator*=", detail::binary_op::mul, *this, rhs);
   return *this;
 }
-tensor& tensor::operator*=(float rhs) {
-  detail::issue_in_place("operator*=", detail::binary_op::mul, *this, rhs);
-  return *this;
-}
 tensor& tensor::operator/=(const tensor& rhs) {
   detail::issue_in_place("operator/=", detail::binary_op::div, *this, rhs);
   return *this;
 }
-tensor& tensor::operator/=(float rhs) {
-  detail::issue_in_place("operator/=", detail::binary_op::div, *this, rhs);
+tensor& tensor::update(detail::binary_op op, detail::scalar s, const char* what) {
+  detail::issue_in_place(what, op, *this, s);
   return *this;
 }
 
 namespace {
 
+void print_element(std::ostream& os, cotensor::dtype t, const void* data, std::int64_t i) {
+  switch (t) {
+  case cotensor::dtype::boolean:
+    os << (static_cast<const bool*>(data)[i] ? "True" : "False");
+    return;
+  case cotensor::dtype::int32:
+    os << static_cast<const std::int32_t*>(data)[i];
+    return;
+  case cotensor::dtype::int64:
+    os << static_cast<const std::int64_t*>(data)[i];
+    return;
+  case cotensor::dtype::float16:
+    os << static_cast<float>(static_cast<const float16_t*>(data)[i]);
+    return;
+  case cotensor::dtype::bfloat16:
+    os << static_cast<float>(static_cast<const bfloat16_t*>(data)[i]);
+    return;
+  case cotensor::dtype::float32:
+    os << static_cast<const float*>(data)[i];
+    return;
+  case cotensor::dtype::float64:
+    os << static_cast<const double*>(data)[i];
+    return;
+  }
+}
+
 // Prints dimension `dim` of the block starting at `offset`, NumPy style: a tensor of more than
 // 1000 elements shows the first and last three entries of each dimension.
 void print_block(std::ostream& os,
-                 const float* data,
+                 cotensor::dtype t,
+                 const void* data,
                  const shape& s,
                  std::size_t dim,
                  std::int64_t offset,
                  bool summarize) {
   if (dim == s.rank()) {
-    os << data[offset];
+    print_element(os, t, data, offset);
     return;
   }
   std::int64_t stride = 1;
@@ -145,7 +183,7 @@ void print_block(std::ostream& os,
     if (i > 0) {
       os << ", ";
     }
-    print_block(os, data, s, dim + 1, offset + i * stride, summarize);
+    print_block(os, t, data, s, dim + 1, offset + i * stride, summarize);
   }
   os << ']';
 }
@@ -156,17 +194,18 @@ std::ostream& operator<<(std::ostream& os, const tensor& t) {
   if (!t.defined()) {
     return os << "tensor(undefined)";
   }
-  if (!t.device().is_cpu()) {
-    const tensor host = t.to(device::cpu());
-    host.wait();
-    os << "tensor(";
-    print_block(os, host.storage()->data(), t.shape(), 0, 0, t.numel() > 1000);
-    return os << ", shape=" << t.shape() << ", device=" << t.device() << ')';
-  }
-  t.wait();
+  const tensor host = t.device().is_cpu() ? t : t.to(device::cpu());
+  host.wait();
   os << "tensor(";
-  print_block(os, t.storage()->data(), t.shape(), 0, 0, t.numel() > 1000);
-  return os << ", shape=" << t.shape() << ')';
+  print_block(os, t.dtype(), host.storage()->raw(), t.shape(), 0, 0, t.numel() > 1000);
+  os << ", shape=" << t.shape();
+  if (t.dtype() != dtype::float32) {
+    os << ", dtype=" << t.dtype();
+  }
+  if (!t.device().is_cpu()) {
+    os << ", device=" << t.device();
+  }
+  return os << ')';
 }
 
 }  // namespace cotensor

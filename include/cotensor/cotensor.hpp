@@ -8,6 +8,7 @@
 #include "cotensor/async_op.hpp"
 #include "cotensor/batcher.hpp"
 #include "cotensor/device.hpp"
+#include "cotensor/dtype.hpp"
 #include "cotensor/error.hpp"
 #include "cotensor/ops.hpp"
 #include "cotensor/random.hpp"

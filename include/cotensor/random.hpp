@@ -1,6 +1,7 @@
 #pragma once
 
 #include "cotensor/device.hpp"
+#include "cotensor/dtype.hpp"
 #include "cotensor/shape.hpp"
 #include "cotensor/tensor.hpp"
 
@@ -20,6 +21,13 @@ namespace cotensor {
 /// since the transform uses only correctly rounded IEEE operations. Calls from several threads
 /// at once draw distinct call numbers in an unspecified order. Thread safety: any thread.
 tensor randn(shape s, device d = device::cpu());
+
+/// A tensor of float dtype `t` with standard normal samples. float16 and bfloat16 are the
+/// float32 samples above rounded to nearest even (so the same bits on every device); float64
+/// takes its own draw: element `2p + t` is Box-Muller in double on the 53-bit uniforms made
+/// of words (0, 1) and (2, 3) of Philox block `(p, 0, c, 0)`. std::invalid_argument for
+/// an integer or bool dtype, or a dtype the device lacks.
+tensor randn(shape s, dtype t, device d = device::cpu());
 
 /// Restarts the random sequence: the next `randn` call is call 0 for `seed`. The default seed,
 /// before any call, is 0.

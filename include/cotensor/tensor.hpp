@@ -3,18 +3,22 @@
 #include "cotensor/asio.hpp"
 #include "cotensor/detail/async_wait.hpp"
 #include "cotensor/detail/engine_fwd.hpp"
+#include "cotensor/detail/scalar.hpp"
 #include "cotensor/device.hpp"
+#include "cotensor/dtype.hpp"
 #include "cotensor/shape.hpp"
 
 #include <cstdint>
 #include <exception>
 #include <iosfwd>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 namespace cotensor {
 
-/// A handle to a float32, row-major, contiguous array whose value may still be being computed.
+/// A handle to a row-major, contiguous array of one `dtype` (float32 unless made otherwise)
+/// whose value may still be being computed.
 ///
 /// Every op on tensors returns at once: it validates its arguments (throwing
 /// `std::invalid_argument` for a bad shape, size or device, with nothing enqueued), allocates the
@@ -48,6 +52,14 @@ public:
   std::size_t rank() const noexcept { return shape_.rank(); }
   /// Where the buffer lives.
   cotensor::device device() const noexcept;
+  /// The element type (float32 for an empty handle).
+  cotensor::dtype dtype() const noexcept;
+
+  /// A copy converted to dtype `t`, asynchronously (the same buffer's contents when `t` is
+  /// already this dtype: a new buffer all the same). Conversions round to nearest even; a
+  /// float to an integer saturates at the integer's range and takes NaN to 0; anything to
+  /// bool is `x != 0` (docs/dtypes.md has the table).
+  tensor astype(cotensor::dtype t) const;
 
   /// Blocks until this value is computed (the chapter's `wait_to_read`). Other work keeps
   /// running.
@@ -86,14 +98,34 @@ public:
   /// Equivalent to `async_wait(asio::deferred)`; see `async_wait` for the details.
   auto ready() const { return async_wait(asio::deferred); }
 
-  /// Blocks, then returns the single element (the chapter's `item()`). A GPU tensor's element is
-  /// copied to the host by an op on its device; the wait is on that op.
+  /// Blocks, then returns the single element (the chapter's `item()`), converted to `T` as
+  /// `astype` converts. A GPU tensor's element is copied to the host by an op on its device;
+  /// the wait is on that op. `T` is one of the seven element types (`dtype_of`).
   /// Errors: `std::invalid_argument` at once if `numel() != 1`; the op's exception, as `wait`.
-  float item() const;
+  template <class T = float>
+  requires element_type<T> T item()
+  const {
+    T value{};
+    read_to_host(dtype_of<T>, &value, "item");
+    return value;
+  }
 
   /// Blocks, then copies the elements to the host in row-major order (the chapter's
-  /// `asnumpy()`); from a GPU, through `to(device::cpu())`. Errors: as `wait`.
-  std::vector<float> to_vector() const;
+  /// `asnumpy()`), converted to `T` as `astype` converts; from a GPU, through
+  /// `to(device::cpu())`. Errors: as `wait`.
+  template <class T = float>
+  requires element_type<T> std::vector<T> to_vector()
+  const {
+    if constexpr (std::is_same_v<T, bool>) {
+      const auto bytes = std::make_unique<bool[]>(static_cast<std::size_t>(numel()));
+      read_to_host(cotensor::dtype::boolean, bytes.get(), "to_vector");
+      return std::vector<bool>(bytes.get(), bytes.get() + numel());
+    } else {
+      std::vector<T> values(static_cast<std::size_t>(numel()));
+      read_to_host(dtype_of<T>, values.data(), "to_vector");
+      return values;
+    }
+  }
 
   /// Copies to device `d`, asynchronously. A copy between the host and a GPU runs on the GPU's
   /// copy streams, after the GPU's work on the source. Errors: `std::system_error` with
@@ -105,21 +137,37 @@ public:
 
   /// In place: adds `rhs` (same shape, or broadcastable to this shape) to this buffer. A write
   /// access: it waits for earlier reads and writes of this buffer and later ones wait for it.
+  /// The result keeps this tensor's dtype: `std::invalid_argument` at the call, with nothing
+  /// enqueued, when the promoted dtype of the operation would not fit it (as PyTorch: an
+  /// int32 tensor `+=` a float32 one, or `/=` anything).
   tensor& operator+=(const tensor& rhs);
-  /// In place: adds `rhs` to every element.
-  tensor& operator+=(float rhs);
+  /// In place: adds the scalar `rhs` to every element (weak: `int32 += 2` stays int32; a
+  /// float scalar on an integer tensor does not fit and throws).
+  template <detail::arithmetic S>
+  tensor& operator+=(S rhs) {
+    return update(detail::binary_op::add, detail::make_scalar(rhs), "operator+=");
+  }
   /// In place: subtracts `rhs`, as `+=`.
   tensor& operator-=(const tensor& rhs);
-  /// In place: subtracts `rhs` from every element.
-  tensor& operator-=(float rhs);
+  /// In place: subtracts the scalar `rhs` from every element, as `+=`.
+  template <detail::arithmetic S>
+  tensor& operator-=(S rhs) {
+    return update(detail::binary_op::sub, detail::make_scalar(rhs), "operator-=");
+  }
   /// In place: multiplies by `rhs`, as `+=`.
   tensor& operator*=(const tensor& rhs);
-  /// In place: multiplies every element by `rhs`.
-  tensor& operator*=(float rhs);
-  /// In place: divides by `rhs`, as `+=`.
+  /// In place: multiplies every element by the scalar `rhs`, as `+=`.
+  template <detail::arithmetic S>
+  tensor& operator*=(S rhs) {
+    return update(detail::binary_op::mul, detail::make_scalar(rhs), "operator*=");
+  }
+  /// In place: divides by `rhs`, as `+=` (true division: only float tensors).
   tensor& operator/=(const tensor& rhs);
-  /// In place: divides every element by `rhs`.
-  tensor& operator/=(float rhs);
+  /// In place: divides every element by the scalar `rhs`, as `+=`.
+  template <detail::arithmetic S>
+  tensor& operator/=(S rhs) {
+    return update(detail::binary_op::div, detail::make_scalar(rhs), "operator/=");
+  }
 
   /// Internal: a tensor made from a buffer, for cotensor's own implementation; not part of
   /// the API.
@@ -129,14 +177,17 @@ public:
 
 private:
   void require_defined(const char* what) const;
+  void read_to_host(cotensor::dtype t, void* out, const char* what) const;
+  tensor& update(detail::binary_op op, detail::scalar s, const char* what);
 
   std::shared_ptr<detail::storage> storage_;
   cotensor::shape shape_;
 };
 
-/// Blocks until `t` is computed, then prints it as `tensor([[1, 2], [3, 4]], shape=[2, 2])`;
-/// a GPU tensor is copied to the host first and prints its device too:
-/// `tensor([1, 2], shape=[2], device=cuda:0)`. Errors: as `tensor::wait`.
+/// Blocks until `t` is computed, then prints it as `tensor([[1, 2], [3, 4]], shape=[2, 2])`,
+/// NumPy-like; a dtype other than float32 is shown (`tensor([1, 2], shape=[2], dtype=int64)`,
+/// bool elements as `True`/`False`), and a GPU tensor is copied to the host first and prints
+/// its device too: `tensor([1, 2], shape=[2], device=cuda:0)`. Errors: as `tensor::wait`.
 std::ostream& operator<<(std::ostream& os, const tensor& t);
 
 }  // namespace cotensor

@@ -1,22 +1,28 @@
-// GEMM on the CPU: OpenBLAS SGEMM calls on tiles that the backend's workers share.
+// GEMM on the CPU: OpenBLAS SGEMM (DGEMM) calls on tiles that the backend's workers share.
+// float16 and bfloat16 go through float32: the operands are converted, multiplied by SGEMM and
+// the result rounded once (Debian's OpenBLAS 0.3.21 exports no sbgemm). Integers are exact,
+// wrapping, in a plain loop.
 
+#include "cpu/element.hpp"
 #include "cpu/kernels.hpp"
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <memory>
+#include <type_traits>
 
 namespace cotensor::detail::cpu {
 
 void init_blas() { openblas_set_num_threads(1); }
 
-void matmul(
+void sgemm(
     const float* a, const float* b, float* c, std::int64_t m, std::int64_t k, std::int64_t n) {
   if (m == 0 || n == 0) {
     return;
   }
   if (k == 0) {
-    fill(c, m * n, 0.0F);
+    std::fill(c, c + m * n, 0.0F);
     return;
   }
   // One tile per worker, each one single-threaded SGEMM call (OpenBLAS keeps its own threads
@@ -50,6 +56,114 @@ void matmul(
                 b + j, static_cast<int>(n), 0.0F, c + i * n + j, static_cast<int>(n));
   };
   parallel_tiles(row_tiles * col_tiles, tile);
+}
+
+namespace {
+
+void dgemm(
+    const double* a, const double* b, double* c, std::int64_t m, std::int64_t k, std::int64_t n) {
+  if (m == 0 || n == 0) {
+    return;
+  }
+  if (k == 0) {
+    std::fill(c, c + m * n, 0.0);
+    return;
+  }
+  const std::int64_t tiles =
+      std::min<std::int64_t>(backend_concurrency(), std::max<std::int64_t>(1, m / 32));
+  const std::int64_t rows = (m + tiles - 1) / tiles;
+  parallel_tiles(tiles, [&](std::int64_t t) {
+    const std::int64_t i = t * rows;
+    const std::int64_t mb = std::min(rows, m - i);
+    if (mb > 0) {
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(mb),
+                  static_cast<int>(n), static_cast<int>(k), 1.0, a + i * k, static_cast<int>(k), b,
+                  static_cast<int>(n), 0.0, c + i * n, static_cast<int>(n));
+    }
+  });
+}
+
+template <class T>
+void to_float(const T* in, float* out, std::int64_t n) {
+  parallel_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) {
+      out[i] = static_cast<float>(in[i]);
+    }
+  });
+}
+
+template <class T>
+void from_float(const float* in, T* out, std::int64_t n) {
+  parallel_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) {
+      out[i] = T(in[i]);
+    }
+  });
+}
+
+template <class T>
+void half_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std::int64_t n) {
+  const auto fa = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(m * k));
+  const auto fb = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(k * n));
+  const auto fc = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(m * n));
+  to_float(a, fa.get(), m * k);
+  to_float(b, fb.get(), k * n);
+  sgemm(fa.get(), fb.get(), fc.get(), m, k, n);
+  from_float(fc.get(), c, m * n);
+}
+
+template <class T>
+void int_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std::int64_t n) {
+  parallel_chunks(m, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(k * n, 1)),
+                  [&](std::int64_t lo, std::int64_t hi) {
+                    for (std::int64_t i = lo; i < hi; ++i) {
+                      T* row = c + i * n;
+                      std::fill(row, row + n, T{0});
+                      for (std::int64_t p = 0; p < k; ++p) {
+                        const T x = a[i * k + p];
+                        const T* brow = b + p * n;
+                        for (std::int64_t j = 0; j < n; ++j) {
+                          row[j] = wrap_add(row[j], wrap_mul(x, brow[j]));
+                        }
+                      }
+                    }
+                  });
+}
+
+}  // namespace
+
+void matmul(dtype t,
+            const void* a,
+            const void* b,
+            void* c,
+            std::int64_t batch,
+            std::int64_t m,
+            std::int64_t k,
+            std::int64_t n,
+            std::int64_t a_stride,
+            std::int64_t b_stride) {
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, bool>) {
+      const auto* pa = static_cast<const T*>(a);
+      const auto* pb = static_cast<const T*>(b);
+      auto* pc = static_cast<T*>(c);
+      for (std::int64_t i = 0; i < batch; ++i) {
+        const T* ai = pa + i * a_stride;
+        const T* bi = pb + i * b_stride;
+        T* ci = pc + i * m * n;
+        if constexpr (std::is_same_v<T, float>) {
+          sgemm(ai, bi, ci, m, k, n);
+        } else if constexpr (std::is_same_v<T, double>) {
+          dgemm(ai, bi, ci, m, k, n);
+        } else if constexpr (is_half_v<T>) {
+          half_gemm(ai, bi, ci, m, k, n);
+        } else {
+          int_gemm(ai, bi, ci, m, k, n);
+        }
+      }
+    }
+  });
 }
 
 }  // namespace cotensor::detail::cpu

@@ -20,8 +20,6 @@
 namespace cotensor::detail::cpu {
 namespace {
 
-constexpr std::int64_t elementwise_grain = 1 << 15;
-
 template <class F>
 void for_chunks(std::int64_t n, std::int64_t grain, F&& f) {
   if (n <= grain) {
@@ -37,57 +35,6 @@ void for_chunks(std::int64_t n, std::int64_t grain, F&& f) {
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, grain),
                     [&](const tbb::blocked_range<std::int64_t>& r) { f(r.begin(), r.end()); });
 #endif
-}
-
-template <class F>
-decltype(auto) with_binary(binary_op op, F&& f) {
-  switch (op) {
-  case binary_op::add:
-    return f([](float x, float y) { return x + y; });
-  case binary_op::sub:
-    return f([](float x, float y) { return x - y; });
-  case binary_op::mul:
-    return f([](float x, float y) { return x * y; });
-  case binary_op::div:
-    break;
-  }
-  return f([](float x, float y) { return x / y; });
-}
-
-// The flat loops of the elementwise ops, one clone per x86 vector width: GCC's function
-// multi-versioning picks AVX-512's sixteen lanes, AVX2's eight or SSE2's four when the library
-// loads. Each element is one IEEE operation, so every clone gives the same bits. Not in the
-// TSan build: a clone's resolver runs before the TSan runtime has started (see randn.cpp).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define COTENSOR_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define COTENSOR_VECTOR_CLONES
-#endif
-
-// out[i] = a[i] ⊗ b[i] over [0, n).
-COTENSOR_VECTOR_CLONES void
-binary_span(binary_op op, const float* a, const float* b, float* out, std::int64_t n) {
-  with_binary(op, [&](auto f) {
-    for (std::int64_t i = 0; i < n; ++i) {
-      out[i] = f(a[i], b[i]);
-    }
-  });
-}
-
-// out[i] = a[i] ⊗ s, or s ⊗ a[i] when `scalar_left`, over [0, n).
-COTENSOR_VECTOR_CLONES void
-scalar_span(binary_op op, const float* a, float s, bool scalar_left, float* out, std::int64_t n) {
-  with_binary(op, [&](auto f) {
-    if (scalar_left) {
-      for (std::int64_t i = 0; i < n; ++i) {
-        out[i] = f(s, a[i]);
-      }
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) {
-        out[i] = f(a[i], s);
-      }
-    }
-  });
 }
 
 }  // namespace
@@ -118,99 +65,18 @@ void parallel_tiles(std::int64_t tiles, function_ref<void(std::int64_t)> f) {
 #endif
 }
 
-void fill(float* out, std::int64_t n, float value) {
-  for_chunks(n, elementwise_grain,
-             [&](std::int64_t lo, std::int64_t hi) { std::fill(out + lo, out + hi, value); });
-}
-
-void copy(const float* in, float* out, std::int64_t n) {
-  for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
-    std::memcpy(out + lo, in + lo, static_cast<std::size_t>(hi - lo) * sizeof(float));
+void copy_bytes(const void* in, void* out, std::size_t bytes) {
+  constexpr std::int64_t grain = 1 << 17;
+  for_chunks(static_cast<std::int64_t>(bytes), grain, [&](std::int64_t lo, std::int64_t hi) {
+    std::memcpy(static_cast<char*>(out) + lo, static_cast<const char*>(in) + lo,
+                static_cast<std::size_t>(hi - lo));
   });
 }
 
-void binary(binary_op op,
-            const float* a,
-            const shape& a_shape,
-            const float* b,
-            const shape& b_shape,
-            float* out,
-            const shape& out_shape) {
-  const std::int64_t n = out_shape.numel();
-  if (a_shape == b_shape) {
-    binary_same_shape(op, a, b, out, n);
-    return;
-  }
-  if (b_shape.numel() == 1 && a_shape == out_shape) {
-    binary_scalar(op, a, b[0], false, out, n);
-    return;
-  }
-  if (a_shape.numel() == 1 && b_shape == out_shape) {
-    binary_scalar(op, b, a[0], true, out, n);
-    return;
-  }
-  // General broadcasting: strides of a and b in the output's index space (0 where broadcast).
-  const std::size_t rank = out_shape.rank();
-  using strides = boost::container::small_vector<std::int64_t, shape::inline_rank>;
-  strides a_stride(rank, 0);
-  strides b_stride(rank, 0);
-  auto strides_for = [&](const shape& s, strides& stride) {
-    std::int64_t step = 1;
-    for (std::size_t d = 0; d < s.rank(); ++d) {
-      const std::size_t si = s.rank() - 1 - d;
-      const std::size_t oi = rank - 1 - d;
-      stride[oi] = s[si] == 1 ? 0 : step;
-      step *= s[si];
-    }
-  };
-  strides_for(a_shape, a_stride);
-  strides_for(b_shape, b_stride);
-  const std::int64_t inner = out_shape[rank - 1];
-  const std::int64_t rows = inner == 0 ? 0 : n / inner;
-  const std::int64_t as = a_stride[rank - 1];
-  const std::int64_t bs = b_stride[rank - 1];
-  const std::int64_t grain =
-      std::max<std::int64_t>(1, elementwise_grain / std::max<std::int64_t>(inner, 1));
-  with_binary(op, [&](auto f) {
-    for_chunks(rows, grain, [&](std::int64_t lo, std::int64_t hi) {
-      for (std::int64_t row = lo; row < hi; ++row) {
-        std::int64_t ao = 0;
-        std::int64_t bo = 0;
-        std::int64_t rest = row;
-        for (std::size_t d = rank - 1; d-- > 0;) {
-          const std::int64_t idx = rest % out_shape[d];
-          rest /= out_shape[d];
-          ao += idx * a_stride[d];
-          bo += idx * b_stride[d];
-        }
-        float* o = out + row * inner;
-        for (std::int64_t i = 0; i < inner; ++i) {
-          o[i] = f(a[ao + i * as], b[bo + i * bs]);
-        }
-      }
-    });
-  });
-}
+namespace {
 
-void binary_same_shape(binary_op op, const float* a, const float* b, float* out, std::int64_t n) {
-  for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
-    binary_span(op, a + lo, b + lo, out + lo, hi - lo);
-  });
-}
-
-void binary_scalar(
-    binary_op op, const float* a, float s, bool scalar_left, float* out, std::int64_t n) {
-  for_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
-    scalar_span(op, a + lo, s, scalar_left, out + lo, hi - lo);
-  });
-}
-
-void unary(unary_op op, const float* in, float* out, std::int64_t n) {
-  for_chunks(n, elementwise_grain / 4,
-             [&](std::int64_t lo, std::int64_t hi) { unary_span(op, in + lo, out + lo, hi - lo); });
-}
-
-void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
+template <class T>
+void transpose_typed(const T* in, T* out, std::int64_t rows, std::int64_t cols) {
   constexpr std::int64_t block = 32;
   const std::int64_t row_blocks = (rows + block - 1) / block;
   for_chunks(row_blocks, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(cols, 1)),
@@ -227,6 +93,26 @@ void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols
                  }
                }
              });
+}
+
+}  // namespace
+
+// By element size: a transpose moves bytes.
+void transpose(dtype t, const void* in, void* out, std::int64_t rows, std::int64_t cols) {
+  switch (itemsize(t)) {
+  case 1:
+    return transpose_typed(static_cast<const std::uint8_t*>(in), static_cast<std::uint8_t*>(out),
+                           rows, cols);
+  case 2:
+    return transpose_typed(static_cast<const std::uint16_t*>(in), static_cast<std::uint16_t*>(out),
+                           rows, cols);
+  case 4:
+    return transpose_typed(static_cast<const std::uint32_t*>(in), static_cast<std::uint32_t*>(out),
+                           rows, cols);
+  default:
+    return transpose_typed(static_cast<const std::uint64_t*>(in), static_cast<std::uint64_t*>(out),
+                           rows, cols);
+  }
 }
 
 double sum(const float* in, std::int64_t n) {
@@ -277,27 +163,28 @@ void sum_axis(const float* in,
       });
 }
 
-namespace {
-
-void sum_all(const float* in, std::int64_t n, double divisor, float* out) {
-  out[0] = static_cast<float>(sum(in, n) / divisor);
-}
-
-}  // namespace
-
 constinit const kernel_table kernel_table_of_cpu{
+    .elementwise_dtypes = all_dtypes,
+    .matmul_dtypes = static_cast<dtype_set>(all_dtypes & ~dtype_bit(dtype::boolean)),
+    .randn_dtypes = static_cast<dtype_set>(dtype_bit(dtype::float16) | dtype_bit(dtype::bfloat16) |
+                                           dtype_bit(dtype::float32) | dtype_bit(dtype::float64)),
     .fill = fill,
-    .copy = copy,
-    .copy_from_host = copy,   // host memory is the CPU's
-    .copy_to_host = nullptr,  // its `copy` does it
+    .copy = copy_bytes,
+    .copy_from_host = copy_bytes,  // host memory is the CPU's
+    .copy_to_host = nullptr,       // its `copy` does it
+    .cast = cast,
     .binary = binary,
     .binary_same_shape = binary_same_shape,
     .binary_scalar = binary_scalar,
     .unary = unary,
+    .where = where,
     .matmul = matmul,
     .transpose = transpose,
-    .sum = sum_all,
-    .sum_axis = sum_axis,
+    .reduce = reduce,
+    .copy_rows = copy_rows,
+    .index_select = index_select,
+    .softmax = softmax,
+    .layer_norm = layer_norm,
     .randn = randn,
     .host_chunks = parallel_chunks,
 };

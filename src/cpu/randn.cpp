@@ -6,6 +6,7 @@
 #include "philox_normal.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #if defined(__x86_64__)
 // GCC 12 reports its own _mm512_undefined_epi32() inside the AVX-512 intrinsics as used
@@ -127,7 +128,7 @@ void normal_blocks(
 
 }  // namespace
 
-void randn(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream) {
+void randn_float(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream) {
   const auto k0 = static_cast<std::uint32_t>(seed);
   const auto k1 = static_cast<std::uint32_t>(seed >> 32);
   const std::int64_t groups = (n + 4 * lanes - 1) / (4 * lanes);
@@ -145,6 +146,72 @@ void randn(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream)
     }
   };
   parallel_chunks(groups, 512, chunk);
+}
+
+namespace {
+
+// float16/bfloat16: the float32 samples, rounded; computed in blocks of whole Philox groups so
+// that every element is the float32 sample of its index.
+template <class T>
+void randn_rounded(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream) {
+  constexpr std::int64_t block = 4 * lanes * 64;
+  parallel_chunks((n + block - 1) / block, 1, [&](std::int64_t lo, std::int64_t hi) {
+    float buffer[block];
+    for (std::int64_t b = lo; b < hi; ++b) {
+      const std::int64_t first = b * block;
+      const std::int64_t m = std::min(block, n - first);
+      const auto k0 = static_cast<std::uint32_t>(seed);
+      const auto k1 = static_cast<std::uint32_t>(seed >> 32);
+      for (std::int64_t g = 0; g * 4 * lanes < m; ++g) {
+        normal_blocks(buffer + g * 4 * lanes, static_cast<std::uint64_t>((first / 4) + g * lanes),
+                      k0, k1, stream);
+      }
+      for (std::int64_t i = 0; i < m; ++i) {
+        out[first + i] = T(buffer[i]);
+      }
+    }
+  });
+}
+
+// float64: Box-Muller in double on 53-bit uniforms, (w0, w1) and (w2, w3) of each Philox block
+// giving one pair: u = (w0·2^21 + w1/2^11 + ½)·2^-53.
+void randn_double(double* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream) {
+  const auto k0 = static_cast<std::uint32_t>(seed);
+  const auto k1 = static_cast<std::uint32_t>(seed >> 32);
+  parallel_chunks((n + 1) / 2, 4096, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t p = lo; p < hi; ++p) {
+      const auto b = static_cast<std::uint64_t>(p);
+      const philox::block x = philox::generate(
+          {static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(b >> 32),
+           static_cast<std::uint32_t>(stream), static_cast<std::uint32_t>(stream >> 32)},
+          k0, k1);
+      const auto u53 = [](std::uint32_t hi32, std::uint32_t lo32) {
+        const std::uint64_t bits = (static_cast<std::uint64_t>(hi32) << 21) | (lo32 >> 11);
+        return (static_cast<double>(bits) + 0.5) * 0x1p-53;
+      };
+      const double r = std::sqrt(-2.0 * std::log(u53(x.x0, x.x1)));
+      const double theta = 6.283185307179586477 * u53(x.x2, x.x3);
+      out[2 * p] = r * std::cos(theta);
+      if (2 * p + 1 < n) {
+        out[2 * p + 1] = r * std::sin(theta);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void randn(dtype t, void* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream) {
+  switch (t) {
+  case dtype::float16:
+    return randn_rounded(static_cast<float16_t*>(out), n, seed, stream);
+  case dtype::bfloat16:
+    return randn_rounded(static_cast<bfloat16_t*>(out), n, seed, stream);
+  case dtype::float64:
+    return randn_double(static_cast<double*>(out), n, seed, stream);
+  default:
+    return randn_float(static_cast<float*>(out), n, seed, stream);
+  }
 }
 
 }  // namespace cotensor::detail::cpu

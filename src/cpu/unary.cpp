@@ -47,7 +47,7 @@ decltype(auto) with_unary(unary_op op, F&& f) {
   case unary_op::neg:
     return f([](float x) { return -x; });
   case unary_op::relu:
-    return f([](float x) { return x > 0.0F ? x : 0.0F; });
+    return f([](float x) { return x > 0.0F || x != x ? x : 0.0F; });
   case unary_op::exp:
     return f([](float x) { return std::exp(x); });
   case unary_op::log:
@@ -56,6 +56,21 @@ decltype(auto) with_unary(unary_op op, F&& f) {
     return f([](float x) { return std::sqrt(x); });
   case unary_op::tanh:
     return f([](float x) { return std::tanh(x); });
+  case unary_op::abs:
+    return f([](float x) { return std::fabs(x); });
+  case unary_op::logical_not:  // on bool only: the frontend casts first; here for completeness
+    return f([](float x) { return x == 0.0F ? 1.0F : 0.0F; });
+  case unary_op::gelu_erf:  // x·Φ(x), in double and rounded once
+    return f([](float x) {
+      const double d = x;
+      return static_cast<float>(0.5 * d * (1.0 + std::erf(d * 0.70710678118654752440)));
+    });
+  case unary_op::gelu_tanh:  // the tanh approximation of GELU, in double and rounded once
+    return f([](float x) {
+      const double d = x;
+      const double k = 0.79788456080286535588;  // √(2/π)
+      return static_cast<float>(0.5 * d * (1.0 + std::tanh(k * (d + 0.044715 * d * d * d))));
+    });
   case unary_op::sigmoid:
     break;
   }

@@ -7,6 +7,7 @@
 #include "philox_normal.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace cotensor::detail::cuda {
 namespace {
@@ -222,7 +223,10 @@ void with_binary(binary_op op, F&& f) {
     return f.template operator()<binary_op::mul>();
   case binary_op::div:
     return f.template operator()<binary_op::div>();
+  default:
+    break;
   }
+  throw std::invalid_argument("cotensor: this elementwise op is not implemented on a GPU yet");
 }
 
 template <class F>
@@ -242,7 +246,10 @@ void with_unary(unary_op op, F&& f) {
     return f.template operator()<unary_op::tanh>();
   case unary_op::sigmoid:
     return f.template operator()<unary_op::sigmoid>();
+  default:
+    break;
   }
+  throw std::invalid_argument("cotensor: this elementwise op is not implemented on a GPU yet");
 }
 
 }  // namespace

@@ -51,6 +51,10 @@ void check_tensor(const char* what, const tensor& t, bool gpu_ok = true) {
   if (t.numel() > INT_MAX) {
     cotensor::detail::throw_invalid(what, "more than INT_MAX elements (MPI-3.1 counts are int)");
   }
+  if (t.dtype() != dtype::float32) {
+    cotensor::detail::throw_invalid(what, "takes float32 tensors today, got " +
+                                              std::string(name(t.dtype())));
+  }
 }
 
 #if COTENSOR_HAVE_NCCL

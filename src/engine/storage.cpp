@@ -8,15 +8,17 @@
 
 namespace cotensor::detail {
 
-storage::storage(const cotensor::shape& s, cotensor::device d)
-    : data_(nullptr), shape_(s), device_(d),
-      bytes_(static_cast<std::size_t>(std::max<std::int64_t>(s.numel(), 1)) * sizeof(float)),
+// At least 8 bytes, so that an empty tensor of any dtype still has an address (and a rank-0
+// one of any dtype fits).
+storage::storage(const cotensor::shape& s, cotensor::device d, cotensor::dtype t)
+    : data_(nullptr), shape_(s), device_(d), dtype_(t),
+      bytes_(std::max<std::size_t>(static_cast<std::size_t>(s.numel()) * itemsize(t), 8)),
       allocator_(&allocator_of(d)) {
   if (bytes_ <= allocator_->delayed_bytes()) {
     void* p = allocator_->small_in_host_blocks()
                   ? allocate_bytes(bytes_, device_allocator::host_alignment)
                   : allocator_->allocate(device_, bytes_, false);
-    data_.store(static_cast<float*>(p), std::memory_order_relaxed);
+    data_.store(p, std::memory_order_relaxed);
     add_count(live_count::buffer_bytes, static_cast<std::int64_t>(bytes_));
   }
   add_count(live_count::buffers, 1);
@@ -24,9 +26,9 @@ storage::storage(const cotensor::shape& s, cotensor::device d)
 
 // Two threads may both find no memory (two readers of a buffer whose writer failed before its
 // kernel ran): one block wins, the other goes back.
-float* storage::first_data() {
-  auto* p = static_cast<float*>(allocator_->allocate(device_, bytes_, true));
-  float* expected = nullptr;
+void* storage::first_data() {
+  void* p = allocator_->allocate(device_, bytes_, true);
+  void* expected = nullptr;
   if (data_.compare_exchange_strong(expected, p, std::memory_order_acq_rel)) {
     add_count(live_count::buffer_bytes, static_cast<std::int64_t>(bytes_));
     return p;
@@ -36,7 +38,7 @@ float* storage::first_data() {
 }
 
 storage::~storage() {
-  if (float* p = data_.load(std::memory_order_relaxed)) {
+  if (void* p = data_.load(std::memory_order_relaxed)) {
     const bool delayed = bytes_ > allocator_->delayed_bytes();
     if (!delayed && allocator_->small_in_host_blocks()) {
       free_bytes(p, bytes_, device_allocator::host_alignment);
@@ -48,8 +50,9 @@ storage::~storage() {
   add_count(live_count::buffers, -1);
 }
 
-std::shared_ptr<storage> storage::make(const cotensor::shape& s, cotensor::device d) {
-  return std::allocate_shared<storage>(allocator<storage>(), s, d);
+std::shared_ptr<storage>
+storage::make(const cotensor::shape& s, cotensor::device d, cotensor::dtype t) {
+  return std::allocate_shared<storage>(allocator<storage>(), s, d, t);
 }
 
 std::int64_t live_buffers() noexcept { return total_count(live_count::buffers); }

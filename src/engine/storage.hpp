@@ -1,6 +1,7 @@
 #pragma once
 
 #include "cotensor/device.hpp"
+#include "cotensor/dtype.hpp"
 #include "cotensor/shape.hpp"
 
 #include "engine/var.hpp"
@@ -14,8 +15,9 @@ namespace cotensor::detail {
 
 class device_allocator;
 
-/// A tensor's buffer: its device's memory for `numel` floats, the read/write queue that orders
-/// access, and a fence slot for devices that order their own work (see engine/backend.hpp).
+/// A tensor's buffer: its device's memory for `numel` elements of its dtype, the read/write queue
+/// that orders access, and a fence slot for devices that order their own work (see
+/// engine/backend.hpp).
 ///
 /// A buffer of more than its allocator's `delayed_bytes()` gets its memory at its first data()
 /// call, which is when the op that writes it starts (MXNet's delay_alloc): ops queued ahead
@@ -26,21 +28,28 @@ class storage {
 public:
   /// A new buffer for a tensor of shape `s` on `d`, uninitialised. Throws
   /// std::system_error(errc::device_unavailable) for a device this build cannot serve.
-  static std::shared_ptr<storage> make(const cotensor::shape& s, cotensor::device d);
+  static std::shared_ptr<storage>
+  make(const cotensor::shape& s, cotensor::device d, cotensor::dtype t = cotensor::dtype::float32);
 
-  storage(const cotensor::shape& s, cotensor::device d);
+  storage(const cotensor::shape& s, cotensor::device d, cotensor::dtype t);
   storage(const storage&) = delete;
   storage& operator=(const storage&) = delete;
   ~storage();
 
-  /// The floats; the first call allocates a delayed buffer and may throw std::bad_alloc (in a
-  /// kernel, that becomes the op's error). Safe to call from several threads at once.
-  float* data() {
-    float* p = data_.load(std::memory_order_acquire);
+  /// The elements; the first call allocates a delayed buffer and may throw std::bad_alloc (in
+  /// a kernel, that becomes the op's error). Safe to call from several threads at once.
+  void* raw() {
+    void* p = data_.load(std::memory_order_acquire);
     return p != nullptr ? p : first_data();
   }
+  /// The elements as `T`, which must be the buffer's element type (float: float32).
+  template <class T = float>
+  T* data() {
+    return static_cast<T*>(raw());
+  }
+  cotensor::dtype dtype() const noexcept { return dtype_; }
   std::int64_t numel() const noexcept { return shape_.numel(); }
-  /// The bytes of its floats (at least one float's, for an empty tensor).
+  /// The bytes of its elements (at least 8, for an empty tensor).
   std::size_t bytes() const noexcept { return bytes_; }
   /// The shape the buffer was made with (views may see it otherwise).
   const cotensor::shape& shape() const noexcept { return shape_; }
@@ -53,10 +62,11 @@ public:
   std::atomic<std::uint64_t> fence{0};
 
 private:
-  float* first_data();
-  std::atomic<float*> data_;
+  void* first_data();
+  std::atomic<void*> data_;
   cotensor::shape shape_;
   cotensor::device device_;
+  cotensor::dtype dtype_;
   std::size_t bytes_;
   device_allocator* allocator_;
 };

@@ -1,0 +1,243 @@
+#pragma once
+
+// Element types for the CPU's kernels: visiting a runtime dtype as a C++ type, the type each
+// computes in (float16 and bfloat16 compute in float and round once), and the elementwise
+// functions every dtype shares. Header-only so that each loop inlines them.
+
+#include "cotensor/dtype.hpp"
+
+#include "kernel_table.hpp"
+
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace cotensor::detail::cpu {
+
+template <class T>
+struct type_tag {
+  using type = T;
+};
+
+/// Calls `f(type_tag<T>{})` with the C++ element type of `t`.
+template <class F>
+decltype(auto) visit_dtype(dtype t, F&& f) {
+  switch (t) {
+  case dtype::boolean:
+    return f(type_tag<bool>{});
+  case dtype::int32:
+    return f(type_tag<std::int32_t>{});
+  case dtype::int64:
+    return f(type_tag<std::int64_t>{});
+  case dtype::float16:
+    return f(type_tag<float16_t>{});
+  case dtype::bfloat16:
+    return f(type_tag<bfloat16_t>{});
+  case dtype::float32:
+    return f(type_tag<float>{});
+  case dtype::float64:
+    break;
+  }
+  return f(type_tag<double>{});
+}
+
+template <class T>
+inline constexpr bool is_half_v = std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>;
+template <class T>
+inline constexpr bool is_int_v = std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
+template <class T>
+inline constexpr bool is_float_v = is_half_v<T> || std::is_floating_point_v<T>;
+
+/// The type `T`'s elementwise math runs in.
+template <class T>
+using compute_t = std::conditional_t<is_half_v<T>, float, T>;
+
+template <class T>
+inline compute_t<T> load(T x) noexcept {
+  return static_cast<compute_t<T>>(x);
+}
+template <class T>
+inline T store(compute_t<T> x) noexcept {
+  return T(x);
+}
+
+/// `x` as integer `I`: saturating at I's range, NaN to 0 (C++ leaves these undefined).
+template <class I, class F>
+inline I saturate(F x) noexcept {
+  constexpr F lo = static_cast<F>(std::numeric_limits<I>::min());  // -2^(N-1), exact
+  if (!(x == x)) {
+    return 0;
+  }
+  if (x >= -lo) {
+    return std::numeric_limits<I>::max();
+  }
+  if (x <= lo) {
+    return std::numeric_limits<I>::min();
+  }
+  return static_cast<I>(x);
+}
+
+/// `x` converted from `From` to `To` as `astype` does.
+template <class To, class From>
+inline To convert(From x) noexcept {
+  if constexpr (std::is_same_v<To, From>) {
+    return x;
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return load(x) != 0;
+  } else if constexpr (is_int_v<To> && is_float_v<From>) {
+    return saturate<To>(load(x));
+  } else if constexpr (is_half_v<To>) {
+    if constexpr (is_half_v<From>) {
+      return To(static_cast<float>(x));
+    } else {
+      return To(static_cast<float>(x));  // int, double: through float, as PyTorch does
+    }
+  } else if constexpr (is_half_v<From>) {
+    return static_cast<To>(static_cast<float>(x));
+  } else {
+    return static_cast<To>(x);  // integer widening, wrapping narrowing (C++20), int to float
+  }
+}
+
+// Two's-complement arithmetic on signed integers, with no undefined behaviour: computed in the
+// unsigned type, whose conversion back is modular in C++20.
+template <class T>
+inline T wrap_add(T x, T y) noexcept {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(x) + static_cast<U>(y));
+}
+template <class T>
+inline T wrap_sub(T x, T y) noexcept {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(x) - static_cast<U>(y));
+}
+template <class T>
+inline T wrap_mul(T x, T y) noexcept {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(x) * static_cast<U>(y));
+}
+
+template <class C>
+inline bool is_nan(C x) noexcept {
+  if constexpr (std::is_floating_point_v<C>) {
+    return x != x;
+  } else {
+    return false;
+  }
+}
+
+/// `x ⊗ y` on compute type `C`; the result is `C`, or bool for comparisons and logical ops.
+template <binary_op Op, class C>
+inline auto apply_binary(C x, C y) noexcept {
+  if constexpr (Op == binary_op::add) {
+    if constexpr (std::is_same_v<C, bool>) {
+      return static_cast<bool>(x || y);
+    } else if constexpr (std::is_integral_v<C>) {
+      return wrap_add(x, y);
+    } else {
+      return static_cast<C>(x + y);
+    }
+  } else if constexpr (Op == binary_op::sub) {
+    if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+      return wrap_sub(x, y);
+    } else {
+      return static_cast<C>(x - y);
+    }
+  } else if constexpr (Op == binary_op::mul) {
+    if constexpr (std::is_same_v<C, bool>) {
+      return static_cast<bool>(x && y);
+    } else if constexpr (std::is_integral_v<C>) {
+      return wrap_mul(x, y);
+    } else {
+      return static_cast<C>(x * y);
+    }
+  } else if constexpr (Op == binary_op::div) {
+    return static_cast<C>(x / y);
+  } else if constexpr (Op == binary_op::maximum) {
+    return is_nan(x) ? x : (is_nan(y) ? y : (x > y ? x : y));
+  } else if constexpr (Op == binary_op::minimum) {
+    return is_nan(x) ? x : (is_nan(y) ? y : (x < y ? x : y));
+  } else if constexpr (Op == binary_op::eq) {
+    return x == y;
+  } else if constexpr (Op == binary_op::ne) {
+    return x != y;
+  } else if constexpr (Op == binary_op::lt) {
+    return x < y;
+  } else if constexpr (Op == binary_op::le) {
+    return x <= y;
+  } else if constexpr (Op == binary_op::gt) {
+    return x > y;
+  } else if constexpr (Op == binary_op::ge) {
+    return x >= y;
+  } else if constexpr (Op == binary_op::logical_and) {
+    return static_cast<bool>(x != C{}) && static_cast<bool>(y != C{});
+  } else {
+    static_assert(Op == binary_op::logical_or);
+    return static_cast<bool>(x != C{}) || static_cast<bool>(y != C{});
+  }
+}
+
+/// The element type `binary_op` writes for operands of type T.
+template <binary_op Op, class T>
+using binary_out_t = std::conditional_t<writes_bool(Op), bool, T>;
+
+/// Whether a kernel is ever asked for `Op` on `T` (the frontend casts or refuses the rest):
+/// keeps the instantiations to those.
+template <binary_op Op, class T>
+inline constexpr bool binary_exists =
+    !(std::is_same_v<T, bool> && (Op == binary_op::sub || Op == binary_op::div ||
+                                  Op == binary_op::maximum || Op == binary_op::minimum)) &&
+    !(is_int_v<T> && Op == binary_op::div);
+
+/// Calls `f(std::integral_constant<binary_op, Op>{})` for the runtime `op`.
+template <class F>
+decltype(auto) visit_binary(binary_op op, F&& f) {
+  using enum binary_op;
+  switch (op) {
+  case add:
+    return f(std::integral_constant<binary_op, add>{});
+  case sub:
+    return f(std::integral_constant<binary_op, sub>{});
+  case mul:
+    return f(std::integral_constant<binary_op, mul>{});
+  case div:
+    return f(std::integral_constant<binary_op, div>{});
+  case maximum:
+    return f(std::integral_constant<binary_op, maximum>{});
+  case minimum:
+    return f(std::integral_constant<binary_op, minimum>{});
+  case eq:
+    return f(std::integral_constant<binary_op, eq>{});
+  case ne:
+    return f(std::integral_constant<binary_op, ne>{});
+  case lt:
+    return f(std::integral_constant<binary_op, lt>{});
+  case le:
+    return f(std::integral_constant<binary_op, le>{});
+  case gt:
+    return f(std::integral_constant<binary_op, gt>{});
+  case ge:
+    return f(std::integral_constant<binary_op, ge>{});
+  case logical_and:
+    return f(std::integral_constant<binary_op, logical_and>{});
+  case logical_or:
+    break;
+  }
+  return f(std::integral_constant<binary_op, logical_or>{});
+}
+
+/// A scalar operand as compute type `C`.
+template <class C>
+inline C scalar_as(scalar_arg s) noexcept {
+  if constexpr (std::is_same_v<C, bool>) {
+    return s.i != 0;
+  } else if constexpr (std::is_integral_v<C>) {
+    return static_cast<C>(s.i);
+  } else {
+    return static_cast<C>(s.f);
+  }
+}
+
+}  // namespace cotensor::detail::cpu

@@ -1,0 +1,409 @@
+// The CPU's elementwise kernels for every dtype: fill, cast, binary ops (same shape, with a
+// scalar, broadcasting), unary ops and where. Each flat loop is compiled once per x86 vector
+// width (COTENSOR_VECTOR_CLONES) with every dtype and op inlined into it; float16 and bfloat16
+// load into float, compute, and round once on the store.
+
+#include "cpu/element.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/vector_clones.hpp"
+
+#include <boost/container/small_vector.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace cotensor::detail::cpu {
+namespace {
+
+using strides = boost::container::small_vector<std::int64_t, shape::inline_rank>;
+
+// The strides of `s` in the index space of `out` (rank `rank`): 0 where `s` broadcasts.
+strides broadcast_strides(const shape& s, std::size_t rank) {
+  strides stride(rank, 0);
+  std::int64_t step = 1;
+  for (std::size_t d = 0; d < s.rank(); ++d) {
+    const std::size_t si = s.rank() - 1 - d;
+    const std::size_t oi = rank - 1 - d;
+    stride[oi] = s[si] == 1 ? 0 : step;
+    step *= s[si];
+  }
+  return stride;
+}
+
+// Calls f(row, offsets...) for every row (the innermost extent) of `out_shape`, in parallel,
+// with each operand's offset of that row's first element.
+template <std::size_t N, class F>
+void for_broadcast_rows(const shape& out_shape, const strides (&operand)[N], F&& f) {
+  const std::size_t rank = out_shape.rank();
+  const std::int64_t inner = rank == 0 ? 1 : out_shape[rank - 1];
+  const std::int64_t n = out_shape.numel();
+  const std::int64_t rows = inner == 0 ? 0 : n / inner;
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, elementwise_grain / std::max<std::int64_t>(inner, 1));
+  parallel_chunks(rows, grain, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t row = lo; row < hi; ++row) {
+      std::int64_t offset[N] = {};
+      std::int64_t rest = row;
+      for (std::size_t d = rank - 1; d-- > 0;) {
+        const std::int64_t idx = rest % out_shape[d];
+        rest /= out_shape[d];
+        for (std::size_t k = 0; k < N; ++k) {
+          offset[k] += idx * operand[k][d];
+        }
+      }
+      f(row * inner, offset, inner);
+    }
+  });
+}
+
+COTENSOR_VECTOR_CLONES void
+cast_span(dtype from, const void* in, dtype to, void* out, std::int64_t n) {
+  visit_dtype(from, [&](auto f) {
+    using From = typename decltype(f)::type;
+    visit_dtype(to, [&](auto t) {
+      using To = typename decltype(t)::type;
+      const auto* src = static_cast<const From*>(in);
+      auto* dst = static_cast<To*>(out);
+      for (std::int64_t i = 0; i < n; ++i) {
+        dst[i] = convert<To>(src[i]);
+      }
+    });
+  });
+}
+
+template <class T>
+void fill_typed(void* out, std::int64_t n, T value) {
+  auto* p = static_cast<T*>(out);
+  parallel_chunks(n, elementwise_grain,
+                  [&](std::int64_t lo, std::int64_t hi) { std::fill(p + lo, p + hi, value); });
+}
+
+// out[i] = a[i] ⊗ b[i] (or a[i·as] ⊗ b[i·bs] with strides 0 or 1) over [0, n).
+COTENSOR_VECTOR_CLONES void binary_span_typed(binary_op op,
+                                              dtype t,
+                                              const void* a,
+                                              std::int64_t as,
+                                              const void* b,
+                                              std::int64_t bs,
+                                              void* out,
+                                              std::int64_t n) {
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    visit_binary(op, [&](auto o) {
+      constexpr binary_op Op = decltype(o)::value;
+      if constexpr (binary_exists<Op, T>) {
+        using Out = binary_out_t<Op, T>;
+        const auto* pa = static_cast<const T*>(a);
+        const auto* pb = static_cast<const T*>(b);
+        auto* po = static_cast<Out*>(out);
+        auto put = [&](std::int64_t i, C x, C y) {
+          const auto r = apply_binary<Op, C>(x, y);
+          if constexpr (std::is_same_v<Out, bool>) {
+            po[i] = r;
+          } else {
+            po[i] = store<T>(r);
+          }
+        };
+        if (as == 1 && bs == 1) {
+          for (std::int64_t i = 0; i < n; ++i) {
+            put(i, load(pa[i]), load(pb[i]));
+          }
+        } else if (as == 1) {
+          const C y = load(pb[0]);
+          for (std::int64_t i = 0; i < n; ++i) {
+            put(i, load(pa[i]), y);
+          }
+        } else if (bs == 1) {
+          const C x = load(pa[0]);
+          for (std::int64_t i = 0; i < n; ++i) {
+            put(i, x, load(pb[i]));
+          }
+        } else {
+          const C x = load(pa[0]);
+          const C y = load(pb[0]);
+          for (std::int64_t i = 0; i < n; ++i) {
+            put(i, x, y);
+          }
+        }
+      }
+    });
+  });
+}
+
+// out[i] = a[i] ⊗ s, or s ⊗ a[i], over [0, n).
+COTENSOR_VECTOR_CLONES void scalar_span_typed(binary_op op,
+                                              dtype t,
+                                              const void* a,
+                                              scalar_arg s,
+                                              bool scalar_left,
+                                              void* out,
+                                              std::int64_t n) {
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    visit_binary(op, [&](auto o) {
+      constexpr binary_op Op = decltype(o)::value;
+      if constexpr (binary_exists<Op, T>) {
+        using Out = binary_out_t<Op, T>;
+        const auto* pa = static_cast<const T*>(a);
+        auto* po = static_cast<Out*>(out);
+        const C c = scalar_as<C>(s);
+        auto put = [&](std::int64_t i, C x, C y) {
+          const auto r = apply_binary<Op, C>(x, y);
+          if constexpr (std::is_same_v<Out, bool>) {
+            po[i] = r;
+          } else {
+            po[i] = store<T>(r);
+          }
+        };
+        if (scalar_left) {
+          for (std::int64_t i = 0; i < n; ++i) {
+            put(i, c, load(pa[i]));
+          }
+        } else {
+          for (std::int64_t i = 0; i < n; ++i) {
+            put(i, load(pa[i]), c);
+          }
+        }
+      }
+    });
+  });
+}
+
+std::size_t out_itemsize(binary_op op, dtype t) { return writes_bool(op) ? 1 : itemsize(t); }
+
+template <class T>
+const T* at(const void* p, std::int64_t i) {
+  return static_cast<const T*>(p) + i;
+}
+
+const void* offset_bytes(const void* p, std::int64_t elements, std::size_t item) {
+  return static_cast<const char*>(p) + elements * static_cast<std::int64_t>(item);
+}
+void* offset_bytes(void* p, std::int64_t elements, std::size_t item) {
+  return static_cast<char*>(p) + elements * static_cast<std::int64_t>(item);
+}
+
+// Unary math on float16/bfloat16 through float: blocks converted to float on the stack, the
+// float kernel (libmvec's vector exp, log, tanh), and one rounding back.
+template <class T>
+void unary_half_span(unary_op op, const T* in, T* out, std::int64_t n) {
+  constexpr std::int64_t block = 512;
+  float buffer[block];
+  for (std::int64_t lo = 0; lo < n; lo += block) {
+    const std::int64_t m = std::min(block, n - lo);
+    for (std::int64_t i = 0; i < m; ++i) {
+      buffer[i] = static_cast<float>(in[lo + i]);
+    }
+    unary_span(op, buffer, buffer, m);
+    for (std::int64_t i = 0; i < m; ++i) {
+      out[lo + i] = T(buffer[i]);
+    }
+  }
+}
+
+double gelu_erf(double x) { return 0.5 * x * (1.0 + std::erf(x * 0.70710678118654752440)); }
+double gelu_tanh(double x) {
+  constexpr double k = 0.79788456080286535588;  // √(2/π)
+  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+
+void unary_double_span(unary_op op, const double* in, double* out, std::int64_t n) {
+  auto each = [&](auto f) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      out[i] = f(in[i]);
+    }
+  };
+  switch (op) {
+  case unary_op::neg:
+    return each([](double x) { return -x; });
+  case unary_op::relu:
+    return each([](double x) { return x > 0.0 ? x : (x != x ? x : 0.0); });
+  case unary_op::exp:
+    return each([](double x) { return std::exp(x); });
+  case unary_op::log:
+    return each([](double x) { return std::log(x); });
+  case unary_op::sqrt:
+    return each([](double x) { return std::sqrt(x); });
+  case unary_op::tanh:
+    return each([](double x) { return std::tanh(x); });
+  case unary_op::sigmoid:
+    return each([](double x) {
+      const double e = std::exp(-std::fabs(x));
+      return x < 0.0 ? e / (1.0 + e) : 1.0 / (1.0 + e);
+    });
+  case unary_op::abs:
+    return each([](double x) { return std::fabs(x); });
+  case unary_op::gelu_erf:
+    return each(gelu_erf);
+  case unary_op::gelu_tanh:
+    return each(gelu_tanh);
+  case unary_op::logical_not:
+    break;
+  }
+  return each([](double x) { return x == 0.0 ? 1.0 : 0.0; });
+}
+
+template <class T>
+void unary_int_span(unary_op op, const T* in, T* out, std::int64_t n) {
+  using U = std::make_unsigned_t<T>;
+  switch (op) {
+  case unary_op::neg:
+    for (std::int64_t i = 0; i < n; ++i) {
+      out[i] = static_cast<T>(U{0} - static_cast<U>(in[i]));
+    }
+    return;
+  case unary_op::abs:
+    for (std::int64_t i = 0; i < n; ++i) {
+      out[i] = in[i] < 0 ? static_cast<T>(U{0} - static_cast<U>(in[i])) : in[i];
+    }
+    return;
+  default:  // relu: the frontend sends integers only these three
+    for (std::int64_t i = 0; i < n; ++i) {
+      out[i] = in[i] > 0 ? in[i] : T{0};
+    }
+    return;
+  }
+}
+
+void unary_typed_span(unary_op op, dtype t, const void* in, void* out, std::int64_t n) {
+  switch (t) {
+  case dtype::float32:
+    return unary_span(op, static_cast<const float*>(in), static_cast<float*>(out), n);
+  case dtype::float64:
+    return unary_double_span(op, static_cast<const double*>(in), static_cast<double*>(out), n);
+  case dtype::float16:
+    return unary_half_span(op, static_cast<const float16_t*>(in), static_cast<float16_t*>(out), n);
+  case dtype::bfloat16:
+    return unary_half_span(op, static_cast<const bfloat16_t*>(in), static_cast<bfloat16_t*>(out),
+                           n);
+  case dtype::int32:
+    return unary_int_span(op, static_cast<const std::int32_t*>(in), static_cast<std::int32_t*>(out),
+                          n);
+  case dtype::int64:
+    return unary_int_span(op, static_cast<const std::int64_t*>(in), static_cast<std::int64_t*>(out),
+                          n);
+  case dtype::boolean:
+    break;
+  }
+  const auto* b = static_cast<const bool*>(in);
+  auto* o = static_cast<bool*>(out);
+  for (std::int64_t i = 0; i < n; ++i) {
+    o[i] = !b[i];  // logical_not, the one unary op on bool
+  }
+}
+
+}  // namespace
+
+void fill(dtype t, void* out, std::int64_t n, scalar_arg value) {
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    fill_typed<T>(out, n, store<T>(scalar_as<compute_t<T>>(value)));
+  });
+}
+
+void cast(dtype from, const void* in, dtype to, void* out, std::int64_t n) {
+  const std::size_t fi = itemsize(from);
+  const std::size_t ti = itemsize(to);
+  parallel_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    cast_span(from, offset_bytes(in, lo, fi), to, offset_bytes(out, lo, ti), hi - lo);
+  });
+}
+
+void binary_same_shape(
+    binary_op op, dtype t, const void* a, const void* b, void* out, std::int64_t n) {
+  const std::size_t item = itemsize(t);
+  const std::size_t oitem = out_itemsize(op, t);
+  parallel_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    binary_span_typed(op, t, offset_bytes(a, lo, item), 1, offset_bytes(b, lo, item), 1,
+                      offset_bytes(out, lo, oitem), hi - lo);
+  });
+}
+
+void binary_scalar(binary_op op,
+                   dtype t,
+                   const void* a,
+                   scalar_arg s,
+                   bool scalar_left,
+                   void* out,
+                   std::int64_t n) {
+  const std::size_t item = itemsize(t);
+  const std::size_t oitem = out_itemsize(op, t);
+  parallel_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    scalar_span_typed(op, t, offset_bytes(a, lo, item), s, scalar_left,
+                      offset_bytes(out, lo, oitem), hi - lo);
+  });
+}
+
+void binary(binary_op op,
+            dtype t,
+            const void* a,
+            const shape& a_shape,
+            const void* b,
+            const shape& b_shape,
+            void* out,
+            const shape& out_shape) {
+  const std::int64_t n = out_shape.numel();
+  if (a_shape == b_shape) {
+    binary_same_shape(op, t, a, b, out, n);
+    return;
+  }
+  const std::size_t item = itemsize(t);
+  const std::size_t oitem = out_itemsize(op, t);
+  const std::size_t rank = out_shape.rank();
+  const strides operand[2] = {broadcast_strides(a_shape, rank), broadcast_strides(b_shape, rank)};
+  const std::int64_t as = operand[0][rank - 1];
+  const std::int64_t bs = operand[1][rank - 1];
+  for_broadcast_rows(out_shape, operand,
+                     [&](std::int64_t first, const std::int64_t* offset, std::int64_t inner) {
+                       binary_span_typed(op, t, offset_bytes(a, offset[0], item), as,
+                                         offset_bytes(b, offset[1], item), bs,
+                                         offset_bytes(out, first, oitem), inner);
+                     });
+}
+
+void unary(unary_op op, dtype t, const void* in, void* out, std::int64_t n) {
+  const std::size_t item = itemsize(t);
+  parallel_chunks(n, elementwise_grain / 4, [&](std::int64_t lo, std::int64_t hi) {
+    unary_typed_span(op, t, offset_bytes(in, lo, item), offset_bytes(out, lo, item), hi - lo);
+  });
+}
+
+void where(dtype t,
+           const void* cond,
+           const shape& cond_shape,
+           const void* a,
+           const shape& a_shape,
+           const void* b,
+           const shape& b_shape,
+           void* out,
+           const shape& out_shape) {
+  const std::size_t rank = out_shape.rank();
+  if (rank == 0) {
+    const std::size_t item = itemsize(t);
+    std::memcpy(out, *static_cast<const bool*>(cond) ? a : b, item);
+    return;
+  }
+  const strides operand[3] = {broadcast_strides(cond_shape, rank), broadcast_strides(a_shape, rank),
+                              broadcast_strides(b_shape, rank)};
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const std::int64_t cs = operand[0][rank - 1];
+    const std::int64_t as = operand[1][rank - 1];
+    const std::int64_t bs = operand[2][rank - 1];
+    for_broadcast_rows(out_shape, operand,
+                       [&](std::int64_t first, const std::int64_t* off, std::int64_t inner) {
+                         const bool* c = at<bool>(cond, off[0]);
+                         const T* pa = at<T>(a, off[1]);
+                         const T* pb = at<T>(b, off[2]);
+                         T* po = static_cast<T*>(out) + first;
+                         for (std::int64_t i = 0; i < inner; ++i) {
+                           po[i] = c[i * cs] ? pa[i * as] : pb[i * bs];
+                         }
+                       });
+  });
+}
+
+}  // namespace cotensor::detail::cpu

@@ -1,0 +1,12 @@
+#pragma once
+
+// The flat loops of the elementwise ops, one clone per x86 vector width: GCC's function
+// multi-versioning picks AVX-512's sixteen lanes, AVX2's eight or SSE2's four when the library
+// loads. Each element is the same IEEE operations in every clone, so every clone gives the
+// same bits. Not in the TSan build: a clone's resolver runs before the TSan runtime has started
+// (see randn.cpp).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define COTENSOR_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define COTENSOR_VECTOR_CLONES
+#endif

@@ -1,0 +1,290 @@
+// Ops on every dtype: promotion, weak scalars, wrapping, division, comparisons, where,
+// reductions, casts, reading back and printing (docs/dtypes.md states each rule).
+#include "cotensor/ops.hpp"
+#include <cotensor/cotensor.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using namespace cotensor;
+
+namespace {
+
+constexpr dtype all[] = {dtype::boolean,  dtype::int32,   dtype::int64,  dtype::float16,
+                         dtype::bfloat16, dtype::float32, dtype::float64};
+
+std::string printed(const tensor& t) {
+  std::ostringstream os;
+  os << t;
+  return os.str();
+}
+
+template <class F>
+void check_rejected(F f) {
+  const auto issued = runtime::current().stats().issued;
+  CHECK_THROWS_AS(f(), std::invalid_argument);
+  CHECK(runtime::current().stats().issued == issued);
+}
+
+}  // namespace
+
+TEST_SUITE("ops_dtypes") {
+
+  TEST_CASE("tensors of every dtype are made, converted and read back") {
+    for (dtype t : all) {
+      CAPTURE(name(t));
+      const tensor z = zeros({2, 3}, t);
+      const tensor o = ones({2, 3}, t);
+      CHECK(z.dtype() == t);
+      CHECK(o.dtype() == t);
+      CHECK(z.to_vector<double>() == std::vector<double>(6, 0.0));
+      CHECK(o.to_vector<double>() == std::vector<double>(6, 1.0));
+      CHECK(full({1}, 3.0, t).item<std::int64_t>() == (t == dtype::boolean ? 1 : 3));
+      CHECK(arange(5, t).dtype() == t);
+    }
+    CHECK(arange(4).dtype() == dtype::int64);
+    CHECK(arange(4).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 1, 2, 3});
+    CHECK(from_vector(std::vector<bool>{true, false, true}, {3}).to_vector<bool>() ==
+          std::vector<bool>{true, false, true});
+    CHECK(from_vector(std::vector<std::int32_t>{-7, 9}, {2}).dtype() == dtype::int32);
+    CHECK(from_vector(std::vector<double>{0.1}, {1}).item<double>() == 0.1);
+    CHECK(from_vector(std::vector<float16_t>{float16_t(1.5F)}, {1}).item() == 1.5F);
+    CHECK(from_vector(std::vector<bfloat16_t>{bfloat16_t(-2.0F)}, {1}).dtype() == dtype::bfloat16);
+    CHECK(from_vector({1, 2, 3}, {3}).dtype() == dtype::float32);  // a braced list is float32
+    CHECK(tensor().dtype() == dtype::float32);
+  }
+
+  TEST_CASE("tensor with tensor promotes as PyTorch and JAX do") {
+    for (dtype a : all) {
+      for (dtype b : all) {
+        CAPTURE(name(a));
+        CAPTURE(name(b));
+        const tensor x = ones({2}, a);
+        const tensor y = ones({2}, b);
+        const dtype p = promote_types(a, b);
+        CHECK((x + y).dtype() == p);
+        CHECK((x * y).dtype() == p);
+        CHECK((x / y).dtype() == (is_floating(p) ? p : dtype::float32));  // true division
+        CHECK((x < y).dtype() == dtype::boolean);
+        CHECK(maximum(x, y).dtype() == p);
+        CHECK(where(ones({2}, dtype::boolean), x, y).dtype() == p);
+      }
+    }
+    CHECK((ones({1}, dtype::int64) + ones({1}, dtype::float16)).dtype() == dtype::float16);
+    CHECK((ones({1}, dtype::float16) + ones({1}, dtype::bfloat16)).dtype() == dtype::float32);
+  }
+
+  TEST_CASE("a C++ scalar is weak: it keeps the tensor's dtype within its kind") {
+    CHECK((ones({2}, dtype::float16) * 2.5).dtype() == dtype::float16);
+    CHECK((ones({2}, dtype::bfloat16) + 1).dtype() == dtype::bfloat16);
+    CHECK((ones({2}, dtype::int32) + 2).dtype() == dtype::int32);
+    CHECK((ones({2}, dtype::int32) + std::int64_t{2}).dtype() == dtype::int32);
+    CHECK((ones({2}, dtype::int32) * 0.5).dtype() == dtype::float32);
+    CHECK((ones({2}, dtype::boolean) + 1).dtype() == dtype::int64);
+    CHECK((ones({2}, dtype::boolean) * 1.5F).dtype() == dtype::float32);
+    CHECK((ones({2}, dtype::float32) * 0.5).dtype() == dtype::float32);  // double stays weak
+    CHECK((2.0 * ones({2}, dtype::float64)).dtype() == dtype::float64);
+    CHECK((ones({2}, dtype::int32) < 1.5).dtype() == dtype::boolean);
+    CHECK((ones({2}, dtype::int32) < 1.5).to_vector<bool>() == std::vector<bool>{true, true});
+    CHECK((ones({2}, dtype::float16) * 2.5).to_vector() == std::vector<float>{2.5F, 2.5F});
+    // An integer scalar that does not fit the tensor's integer dtype is refused, as NumPy does.
+    const tensor i32 = ones({2}, dtype::int32);
+    check_rejected([&] { return i32 + (std::int64_t{1} << 40); });
+  }
+
+  TEST_CASE("integers wrap on overflow and divide truly") {
+    const tensor big = from_vector(std::vector<std::int32_t>{INT32_MAX, INT32_MIN}, {2});
+    CHECK((big + 1).to_vector<std::int32_t>() ==
+          std::vector<std::int32_t>{INT32_MIN, INT32_MIN + 1});
+    CHECK((big * 2).to_vector<std::int32_t>() == std::vector<std::int32_t>{-2, 0});
+    CHECK((-big).to_vector<std::int32_t>() == std::vector<std::int32_t>{-INT32_MAX, INT32_MIN});
+    CHECK(abs(big).to_vector<std::int32_t>() == std::vector<std::int32_t>{INT32_MAX, INT32_MIN});
+    const tensor l = from_vector(std::vector<std::int64_t>{INT64_MAX}, {1});
+    CHECK((l + l).item<std::int64_t>() == -2);
+    const tensor seven = from_vector(std::vector<std::int32_t>{7, -7}, {2});
+    const tensor q = seven / from_vector(std::vector<std::int32_t>{2, 0}, {2});
+    CHECK(q.dtype() == dtype::float32);
+    CHECK(q.to_vector()[0] == 3.5F);
+    CHECK(std::isinf(q.to_vector()[1]));  // 7 / 0 is inf, not a crash
+    CHECK((seven / 2).to_vector() == std::vector<float>{3.5F, -3.5F});
+  }
+
+  TEST_CASE("bool arithmetic is logical and its subtraction is refused") {
+    const tensor t = from_vector(std::vector<bool>{true, false, true, false}, {4});
+    const tensor u = from_vector(std::vector<bool>{true, true, false, false}, {4});
+    CHECK((t + u).dtype() == dtype::boolean);
+    CHECK((t + u).to_vector<bool>() == std::vector<bool>{true, true, true, false});
+    CHECK((t * u).to_vector<bool>() == std::vector<bool>{true, false, false, false});
+    CHECK((t & u).to_vector<bool>() == std::vector<bool>{true, false, false, false});
+    CHECK((t | u).to_vector<bool>() == std::vector<bool>{true, true, true, false});
+    CHECK((!t).to_vector<bool>() == std::vector<bool>{false, true, false, true});
+    check_rejected([&] { return t - u; });
+    check_rejected([&] { return -t; });
+    const tensor f4 = ones({4});
+    check_rejected([&] { return f4 & u; });  // & and | take bool only
+    CHECK(logical_and(ones({2}), zeros({2}, dtype::int32)).to_vector<bool>() ==
+          std::vector<bool>{false, false});
+    CHECK(logical_not(from_vector({0.0F, 2.0F}, {2})).to_vector<bool>() ==
+          std::vector<bool>{true, false});
+  }
+
+  TEST_CASE("in-place ops keep the left dtype and refuse what does not fit it") {
+    tensor i = from_vector(std::vector<std::int32_t>{1, 2}, {2});
+    i += 3;
+    i *= from_vector(std::vector<std::int32_t>{2, 2}, {2});
+    CHECK(i.to_vector<std::int32_t>() == std::vector<std::int32_t>{8, 10});
+    check_rejected([&] { i += 0.5; });
+    check_rejected([&] { i /= 2; });
+    const tensor f2 = ones({2});
+    check_rejected([&] { i += f2; });
+    tensor f = ones({2}, dtype::float16);
+    f += from_vector(std::vector<std::int64_t>{1, 2}, {2});  // float16 + int64 is float16: fits
+    f *= 0.5;
+    CHECK(f.to_vector() == std::vector<float>{1.0F, 1.5F});
+    CHECK(f.dtype() == dtype::float16);
+    tensor b = ones({2}, dtype::boolean);
+    check_rejected([&] { b += 1; });  // bool + int is int64
+  }
+
+  TEST_CASE("comparisons, where, maximum, minimum and clamp on every dtype") {
+    const tensor x = from_vector({1.0F, NAN, -3.0F, 2.0F}, {4});
+    const tensor y = from_vector({1.0F, 0.0F, 5.0F, -2.0F}, {4});
+    CHECK((x == y).to_vector<bool>() == std::vector<bool>{true, false, false, false});
+    CHECK((x != y).to_vector<bool>() == std::vector<bool>{false, true, true, true});
+    CHECK((x < y).to_vector<bool>() == std::vector<bool>{false, false, true, false});
+    CHECK((x >= y).to_vector<bool>() == std::vector<bool>{true, false, false, true});
+    const auto mx = maximum(x, y).to_vector();
+    CHECK(std::isnan(mx[1]));  // NaN propagates
+    CHECK(mx[2] == 5.0F);
+    CHECK(minimum(x, y).to_vector()[3] == -2.0F);
+    const auto c = clamp(x, -1.0, 1.5).to_vector();
+    CHECK(c[0] == 1.0F);
+    CHECK(std::isnan(c[1]));
+    CHECK(c[2] == -1.0F);
+    CHECK(c[3] == 1.5F);
+    const tensor ints = from_vector(std::vector<std::int64_t>{-5, 0, 5}, {3});
+    CHECK(clamp(ints, -2, 2).dtype() == dtype::int64);
+    CHECK(clamp(ints, -2, 2).to_vector<std::int64_t>() == std::vector<std::int64_t>{-2, 0, 2});
+    const tensor cond = from_vector(std::vector<bool>{true, false}, {2, 1});
+    const tensor w = where(cond, ints, from_vector({0.5F}, {1}));  // [2, 3], float32
+    CHECK(w.shape() == shape{2, 3});
+    CHECK(w.to_vector() == std::vector<float>{-5, 0, 5, 0.5F, 0.5F, 0.5F});
+    const tensor not_bool = ones({4});
+    check_rejected([&] { return where(not_bool, x, y); });  // the condition must be bool
+    for (dtype t : all) {
+      CAPTURE(name(t));
+      const tensor a = arange(4, t);
+      CHECK((a == a).to_vector<bool>() == std::vector<bool>(4, true));
+      CHECK((a > 1).to_vector<bool>() ==
+            std::vector<bool>{false, false, t != dtype::boolean, t != dtype::boolean});
+    }
+  }
+
+  TEST_CASE("reductions give the documented dtypes and propagate NaN") {
+    const tensor b = from_vector(std::vector<bool>{true, true, false}, {3});
+    CHECK(sum(b).dtype() == dtype::int64);
+    CHECK(sum(b).item<std::int64_t>() == 2);
+    const tensor i = from_vector(std::vector<std::int32_t>{1, 2, 3, 4, 5, 6}, {2, 3});
+    CHECK(sum(i).dtype() == dtype::int64);
+    CHECK(sum(i, 1).to_vector<std::int64_t>() == std::vector<std::int64_t>{6, 15});
+    CHECK(sum(i, 0, true).shape() == shape{1, 3});
+    CHECK(mean(i).dtype() == dtype::float32);
+    CHECK(mean(i).item() == 3.5F);
+    CHECK(mean(i, 0).to_vector() == std::vector<float>{2.5F, 3.5F, 4.5F});
+    CHECK(max(i).item<std::int32_t>() == 6);
+    CHECK(max(i).dtype() == dtype::int32);
+    CHECK(min(i, 1).to_vector<std::int32_t>() == std::vector<std::int32_t>{1, 4});
+    CHECK(argmax(i).item<std::int64_t>() == 5);
+    CHECK(argmax(i, 1, true).shape() == shape{2, 1});
+    CHECK(argmin(i, 0).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 0, 0});
+    const tensor h = from_vector({0.5F, 0.25F, 0.25F}, {3}).astype(dtype::float16);
+    CHECK(sum(h).dtype() == dtype::float16);
+    CHECK(sum(h).item() == 1.0F);
+    // float16 accumulates in float32: 4096 ones sum to 4096, though 2048 + 1 is not a half.
+    CHECK(sum(ones({4096}, dtype::float16)).item() == 4096.0F);
+    const tensor n = from_vector({1.0F, NAN, 3.0F, NAN}, {4});
+    CHECK(std::isnan(max(n).item()));
+    CHECK(argmax(n).item<std::int64_t>() == 1);  // the first NaN
+    CHECK(argmin(n).item<std::int64_t>() == 1);
+    const tensor first = from_vector({2.0F, 7.0F, 7.0F}, {3});
+    CHECK(argmax(first).item<std::int64_t>() == 1);  // the first of equal maxima
+    const tensor empty = zeros({0});
+    const tensor empty_axis = zeros({2, 0});
+    check_rejected([&] { return max(empty); });
+    check_rejected([&] { return argmax(empty_axis, 1); });
+    CHECK(sum(zeros({0}, dtype::int32)).item<std::int64_t>() == 0);
+  }
+
+  TEST_CASE("casts are defined for NaN, infinities and out-of-range values") {
+    const tensor f = from_vector({NAN, INFINITY, -INFINITY, 3e9F, -3e9F, -2.7F, 2.7F}, {7});
+    CHECK(f.astype(dtype::int32).to_vector<std::int32_t>() ==
+          std::vector<std::int32_t>{0, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, -2, 2});
+    CHECK(f.astype(dtype::int64).to_vector<std::int64_t>() ==
+          std::vector<std::int64_t>{0, INT64_MAX, INT64_MIN, 3000000000LL, -3000000000LL, -2, 2});
+    CHECK(f.astype(dtype::boolean).to_vector<bool>() ==
+          std::vector<bool>{true, true, true, true, true, true, true});
+    CHECK(zeros({1}).astype(dtype::boolean).item<bool>() == false);
+    const auto h = from_vector({70000.0F, 1e-8F, 0.1F}, {3}).astype(dtype::float16).to_vector();
+    CHECK(std::isinf(h[0]));
+    CHECK(h[1] == 0.0F);
+    CHECK(h[2] == static_cast<float>(float16_t(0.1F)));
+    const tensor big = from_vector(std::vector<std::int64_t>{(1LL << 40) + 1, -1}, {2});
+    CHECK(big.astype(dtype::int32).to_vector<std::int32_t>() ==
+          std::vector<std::int32_t>{1, -1});  // integer narrowing wraps
+    for (dtype from : all) {
+      for (dtype to : all) {
+        CAPTURE(name(from));
+        CAPTURE(name(to));
+        const tensor x = arange(3, from).astype(to);
+        CHECK(x.dtype() == to);
+        const auto v = x.to_vector<double>();
+        CHECK(v == (from == dtype::boolean || to == dtype::boolean ? std::vector<double>{0, 1, 1}
+                                                                   : std::vector<double>{0, 1, 2}));
+      }
+    }
+    CHECK(ones({2}).astype(dtype::float32).storage() != ones({2}).storage());
+    CHECK(from_vector({1.5F}, {1}).item<std::int32_t>() == 1);  // item converts as astype
+  }
+
+  TEST_CASE("printing shows the dtype unless it is float32") {
+    CHECK(printed(from_vector({1.0F, 2.0F}, {2})) == "tensor([1, 2], shape=[2])");
+    CHECK(printed(arange(3)) == "tensor([0, 1, 2], shape=[3], dtype=int64)");
+    CHECK(printed(from_vector(std::vector<bool>{true, false}, {2})) ==
+          "tensor([True, False], shape=[2], dtype=bool)");
+    CHECK(printed(full({1}, 0.5, dtype::bfloat16)) == "tensor([0.5], shape=[1], dtype=bfloat16)");
+  }
+
+  TEST_CASE("randn gives float16 and bfloat16 as the float32 samples rounded") {
+    manual_seed(7);
+    const auto f = randn({1000}).to_vector();
+    manual_seed(7);
+    const auto h = randn({1000}, dtype::float16).to_vector<float16_t>();
+    manual_seed(7);
+    const auto b = randn({1000}, dtype::bfloat16).to_vector<bfloat16_t>();
+    manual_seed(7);
+    const auto d = randn({100000}, dtype::float64).to_vector<double>();
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      REQUIRE(h[i].bits == float16_t(f[i]).bits);
+      REQUIRE(b[i].bits == bfloat16_t(f[i]).bits);
+    }
+    double m = 0.0;
+    double v = 0.0;
+    for (double x : d) {
+      m += x;
+      v += x * x;
+    }
+    m /= static_cast<double>(d.size());
+    v = v / static_cast<double>(d.size()) - m * m;
+    CHECK(std::fabs(m) < 0.02);
+    CHECK(std::fabs(v - 1.0) < 0.02);
+    check_rejected([] { return randn({2}, dtype::int32); });
+  }
+
+}  // TEST_SUITE("ops_dtypes")

@@ -1,0 +1,218 @@
+// The ops models are made of: softmax, log_softmax, gelu, layer_norm, concat, slice,
+// index_select, and matmul batched and per dtype, each against a reference computed here.
+#include "cotensor/ops.hpp"
+#include <cotensor/cotensor.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+using namespace cotensor;
+
+namespace {
+
+template <class F>
+void check_rejected(F f) {
+  const auto issued = runtime::current().stats().issued;
+  CHECK_THROWS_AS(f(), std::invalid_argument);
+  CHECK(runtime::current().stats().issued == issued);
+}
+
+// The row-major product of [m, k] and [k, n] in double.
+std::vector<double> reference_matmul(const std::vector<double>& a,
+                                     const std::vector<double>& b,
+                                     std::int64_t m,
+                                     std::int64_t k,
+                                     std::int64_t n) {
+  std::vector<double> c(static_cast<std::size_t>(m * n), 0.0);
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t p = 0; p < k; ++p) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        c[static_cast<std::size_t>(i * n + j)] +=
+            a[static_cast<std::size_t>(i * k + p)] * b[static_cast<std::size_t>(p * n + j)];
+      }
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_SUITE("ops_nn") {
+
+  TEST_CASE("softmax and log_softmax are stable and sum to one") {
+    const tensor x = from_vector({1.0F, 2.0F, 3.0F, 1000.0F, 1000.0F, -1000.0F}, {2, 3});
+    const auto s = softmax(x).to_vector();
+    const double e = std::exp(1.0);
+    const double z = 1.0 + e + e * e;
+    CHECK(s[0] == doctest::Approx(1.0 / z).epsilon(1e-6));
+    CHECK(s[2] == doctest::Approx(e * e / z).epsilon(1e-6));
+    CHECK(s[3] == 0.5F);  // no overflow at 1000
+    CHECK(s[5] == 0.0F);
+    const auto l = log_softmax(x).to_vector();
+    CHECK(l[0] == doctest::Approx(-std::log(z)).epsilon(1e-6));
+    CHECK(l[3] == doctest::Approx(-std::log(2.0)).epsilon(1e-6));
+    CHECK(l[5] == doctest::Approx(-2000.0 - std::log(2.0)).epsilon(1e-6));  // no log(0)
+    for (dtype t : {dtype::float16, dtype::bfloat16, dtype::float64}) {
+      CAPTURE(name(t));
+      const tensor y = softmax(x.astype(t));
+      CHECK(y.dtype() == t);
+      CHECK(sum(y.astype(dtype::float32), 1).to_vector()[0] == doctest::Approx(1.0).epsilon(1e-2));
+    }
+    CHECK(softmax(arange(3)).dtype() == dtype::float32);  // integers compute as float32
+    const tensor scalar = full({}, 1.0F);
+    check_rejected([&] { return softmax(scalar); });
+  }
+
+  TEST_CASE("gelu in its exact and tanh forms") {
+    const tensor x = from_vector({-3.0F, -1.0F, 0.0F, 0.5F, 2.0F}, {5});
+    const auto g = gelu(x).to_vector();
+    const auto gt = gelu(x, true).to_vector();
+    const float xs[] = {-3.0F, -1.0F, 0.0F, 0.5F, 2.0F};
+    for (int i = 0; i < 5; ++i) {
+      const double v = xs[i];
+      CHECK(g[static_cast<std::size_t>(i)] ==
+            doctest::Approx(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)))).epsilon(1e-6));
+      const double k = std::sqrt(2.0 / 3.14159265358979323846);
+      CHECK(gt[static_cast<std::size_t>(i)] ==
+            doctest::Approx(0.5 * v * (1.0 + std::tanh(k * (v + 0.044715 * v * v * v))))
+                .epsilon(1e-6));
+    }
+    CHECK(gelu(x.astype(dtype::bfloat16)).dtype() == dtype::bfloat16);
+    CHECK(gelu(x.astype(dtype::float64)).to_vector<double>()[4] ==
+          doctest::Approx(2.0 * 0.5 * (1.0 + std::erf(2.0 / std::sqrt(2.0)))));
+  }
+
+  TEST_CASE("layer_norm normalises the last axis and applies weight and bias") {
+    const tensor x = from_vector({1.0F, 2.0F, 3.0F, 4.0F, 10.0F, 10.0F, 10.0F, 10.0F}, {2, 4});
+    const tensor w = from_vector({1.0F, 2.0F, 1.0F, 1.0F}, {4});
+    const tensor b = from_vector({0.0F, 0.0F, 0.0F, 1.0F}, {4});
+    const auto y = layer_norm(x, w, b, 1e-5).to_vector();
+    const double mean = 2.5;
+    const double sd = std::sqrt(1.25 + 1e-5);
+    CHECK(y[0] == doctest::Approx((1.0 - mean) / sd).epsilon(1e-6));
+    CHECK(y[1] == doctest::Approx(2.0 * (2.0 - mean) / sd).epsilon(1e-6));
+    CHECK(y[3] == doctest::Approx((4.0 - mean) / sd + 1.0).epsilon(1e-6));
+    CHECK(y[4] == 0.0F);  // a constant row
+    CHECK(y[7] == 1.0F);
+    const auto plain = layer_norm(x, tensor(), tensor()).to_vector();
+    CHECK(plain[1] == doctest::Approx((2.0 - mean) / sd).epsilon(1e-6));
+    CHECK(layer_norm(x.astype(dtype::float16), w.astype(dtype::float16), tensor()).dtype() ==
+          dtype::float16);
+    const tensor short_weight = from_vector({1.0F}, {1});
+    const tensor w64 = w.astype(dtype::float64);
+    const tensor ints = arange(4);
+    check_rejected([&] { return layer_norm(x, short_weight, tensor()); });
+    check_rejected([&] { return layer_norm(x, w64, tensor()); });
+    check_rejected([&] { return layer_norm(ints, tensor(), tensor()); });
+  }
+
+  TEST_CASE("concat, slice and index_select copy the right elements") {
+    const tensor a = from_vector({1.0F, 2.0F, 3.0F, 4.0F}, {2, 2});
+    const tensor b = from_vector({5.0F, 6.0F}, {2, 1});
+    const tensor c1 = concat({a, b}, 1);
+    CHECK(c1.shape() == shape{2, 3});
+    CHECK(c1.to_vector() == std::vector<float>{1, 2, 5, 3, 4, 6});
+    const tensor c0 = concat({a, reshape(b, {1, 2})}, 0);
+    CHECK(c0.shape() == shape{3, 2});
+    CHECK(c0.to_vector() == std::vector<float>{1, 2, 3, 4, 5, 6});
+    CHECK(concat({arange(2), arange(3)}).to_vector<std::int64_t>() ==
+          std::vector<std::int64_t>{0, 1, 0, 1, 2});
+    check_rejected([&] { return concat({a, b}, 0); });
+    const tensor a64 = a.astype(dtype::float64);
+    check_rejected([&] { return concat({a, a64}, 0); });
+    check_rejected([] { return concat({}, 0); });
+
+    const tensor x = reshape(arange(24, dtype::int32), {2, 3, 4});
+    const tensor s = slice(x, 1, 1, 3);
+    CHECK(s.shape() == shape{2, 2, 4});
+    CHECK(s.to_vector<std::int32_t>() ==
+          std::vector<std::int32_t>{4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 20, 21, 22, 23});
+    CHECK(slice(x, -1, -2, 100).to_vector<std::int32_t>()[0] == 2);  // clamped, as Python slices
+    CHECK(slice(x, 0, 5, 9).shape() == shape{0, 3, 4});
+
+    const tensor table = from_vector({0.0F, 0.1F, 1.0F, 1.1F, 2.0F, 2.1F}, {3, 2});
+    const tensor ids = from_vector(std::vector<std::int64_t>{2, 0, 2}, {3});
+    const tensor e = index_select(table, 0, ids);
+    CHECK(e.shape() == shape{3, 2});
+    CHECK(e.to_vector() == std::vector<float>{2.0F, 2.1F, 0.0F, 0.1F, 2.0F, 2.1F});
+    CHECK(index_select(table, 1, from_vector(std::vector<std::int64_t>{1}, {1})).to_vector() ==
+          std::vector<float>{0.1F, 1.1F, 2.1F});
+    const tensor bad = index_select(table, 0, from_vector(std::vector<std::int64_t>{3}, {1}));
+    CHECK_THROWS_AS(bad.wait(), std::out_of_range);  // found by the kernel: the op's error
+    const tensor float_ids = from_vector({1.0F}, {1});
+    check_rejected([&] { return index_select(table, 0, float_ids); });
+  }
+
+  TEST_CASE("matmul is batched over leading dimensions") {
+    manual_seed(3);
+    const tensor a = randn({2, 3, 4});
+    const tensor b = randn({4, 5});
+    const tensor bb = randn({2, 4, 5});
+    const tensor c = matmul(a, b);
+    CHECK(c.shape() == shape{2, 3, 5});
+    const tensor cb = matmul(a, bb);
+    CHECK(cb.shape() == shape{2, 3, 5});
+    const auto av = a.to_vector<double>();
+    const auto bv = b.to_vector<double>();
+    const auto bbv = bb.to_vector<double>();
+    const auto cv = c.to_vector<double>();
+    const auto cbv = cb.to_vector<double>();
+    for (std::size_t i = 0; i < 2; ++i) {
+      const std::vector<double> ai(av.begin() + static_cast<std::ptrdiff_t>(i * 12),
+                                   av.begin() + static_cast<std::ptrdiff_t>(i * 12 + 12));
+      const std::vector<double> bi(bbv.begin() + static_cast<std::ptrdiff_t>(i * 20),
+                                   bbv.begin() + static_cast<std::ptrdiff_t>(i * 20 + 20));
+      const auto want = reference_matmul(ai, bv, 3, 4, 5);
+      const auto want_b = reference_matmul(ai, bi, 3, 4, 5);
+      for (std::size_t j = 0; j < 15; ++j) {
+        CHECK(cv[i * 15 + j] == doctest::Approx(want[j]).epsilon(1e-5));
+        CHECK(cbv[i * 15 + j] == doctest::Approx(want_b[j]).epsilon(1e-5));
+      }
+    }
+    const tensor other_batch = randn({3, 4, 5});
+    const tensor b64 = b.astype(dtype::float64);
+    const tensor bools = ones({2, 2}, dtype::boolean);
+    check_rejected([&] { return matmul(a, other_batch); });  // batch dims differ
+    check_rejected([&] { return matmul(a, b64); });
+    check_rejected([&] { return matmul(bools, bools); });
+  }
+
+  TEST_CASE("matmul per dtype: float64 exact to double, halves through float32, integers exact") {
+    manual_seed(5);
+    const tensor a = randn({17, 33});
+    const tensor b = randn({33, 9});
+    const auto want = reference_matmul(a.to_vector<double>(), b.to_vector<double>(), 17, 33, 9);
+    const auto d = matmul(a.astype(dtype::float64), b.astype(dtype::float64)).to_vector<double>();
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      CHECK(d[i] == doctest::Approx(want[i]).epsilon(1e-12));
+    }
+    for (dtype t : {dtype::float16, dtype::bfloat16}) {
+      CAPTURE(name(t));
+      const tensor ha = a.astype(t);
+      const tensor hb = b.astype(t);
+      const auto h = matmul(ha, hb);
+      CHECK(h.dtype() == t);
+      // Against the product of the rounded inputs, in double, rounded once to `t`.
+      const auto exact =
+          reference_matmul(ha.to_vector<double>(), hb.to_vector<double>(), 17, 33, 9);
+      const auto got = h.to_vector<double>();
+      for (std::size_t i = 0; i < exact.size(); ++i) {
+        const double ulp = t == dtype::float16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+        CHECK(std::fabs(got[i] - exact[i]) <= ulp * std::max(1.0, std::fabs(exact[i])));
+      }
+    }
+    const tensor ia = from_vector(std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}, {2, 3});
+    const tensor ib = from_vector(std::vector<std::int64_t>{7, 8, 9, 10, 11, (1LL << 62)}, {3, 2});
+    const auto ic = matmul(ia, ib).to_vector<std::int64_t>();
+    CHECK(ic[0] == 1 * 7 + 2 * 9 + 3 * 11);
+    CHECK(ic[2] == 4 * 7 + 5 * 9 + 6 * 11);
+    CHECK(ic[3] == static_cast<std::int64_t>(
+                       4 * 8 + 5 * 10 + static_cast<std::uint64_t>(6) * (1ULL << 62)));  // wraps
+    CHECK(matmul(ia.astype(dtype::int32), ib.astype(dtype::int32)).dtype() == dtype::int32);
+  }
+
+}  // TEST_SUITE("ops_nn")
