@@ -20,6 +20,10 @@ each would compare two different machines.
 
 Usage (from the repository root):
   bench/peers/compare.py [--repeat N] [--rounds R] [--build DIR] [--peers PATH] [--out FILE]
+
+The project's Python environment (bash bench/peers/setup.sh; bench/README.md) runs this script
+too (.venv/bin/python3 bench/peers/compare.py), but the peers are still timed in PEER_PYTHON,
+Debian's /usr/bin/python3, not in that environment's NumPy 2 and PyTorch 2.
 """
 import argparse
 import datetime

@@ -15,6 +15,10 @@ max(100, min(10000, 2*10^7 / n)) ops. Torch runs with its default threads.
 
 Usage (from the repository root):
   bench/peers/op_cost.py [--repeat N] [--build DIR] [--plot FILE.png] [--out FILE.md]
+
+The project's Python environment (bash bench/peers/setup.sh; bench/README.md) runs this script
+too, with matplotlib for --plot (.venv/bin/python3 bench/peers/op_cost.py), but the peers are
+still timed in PEER_PYTHON, Debian's /usr/bin/python3, not in that environment.
 """
 import argparse
 import datetime

@@ -7,6 +7,8 @@ its start on a worker, as in the figures of the d2l.ai chapter "Asynchronous Com
 Needs Debian's python3-matplotlib. Usage:
     /usr/bin/python3 bench/trace/timeline.py trace.json timeline.png [--title TEXT] [--links N]
 The output format follows the file name (.png, .svg, .pdf).
+The project's Python environment has matplotlib (bash bench/peers/setup.sh; bench/README.md):
+    .venv/bin/python3 bench/trace/timeline.py trace.json timeline.png
 """
 import argparse
 import json
