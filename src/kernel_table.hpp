@@ -156,7 +156,7 @@ struct kernel_table {
                     std::size_t bytes,
                     std::int64_t rows);
   /// out[o, j, :] = in[o, index[j], :] for a tensor viewed as [outer, extent, inner] of
-  /// `item` bytes each; an index outside [-extent, extent) throws std::out_of_range.
+  /// `item` bytes each; an index outside [0, extent) throws std::out_of_range.
   void (*index_select)(std::size_t item,
                        const void* in,
                        std::int64_t outer,

@@ -3,9 +3,9 @@
 // width (COTENSOR_VECTOR_CLONES) with every dtype and op inlined into it; float16 and bfloat16
 // load into float, compute, and round once on the store.
 
-#include "cpu/element.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/vector_clones.hpp"
+#include "element.hpp"
 
 #include <boost/container/small_vector.hpp>
 

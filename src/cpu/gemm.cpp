@@ -3,8 +3,8 @@
 // the result rounded once (Debian's OpenBLAS 0.3.21 exports no sbgemm). Integers are exact,
 // wrapping, in a plain loop.
 
-#include "cpu/element.hpp"
 #include "cpu/kernels.hpp"
+#include "element.hpp"
 
 #include <cblas.h>
 

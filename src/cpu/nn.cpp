@@ -2,8 +2,8 @@
 // the copies behind concat, slice and index_select. Row by row, rows in parallel; float16 and
 // bfloat16 compute in float, float32 accumulates in double where a row is summed.
 
-#include "cpu/element.hpp"
 #include "cpu/kernels.hpp"
+#include "element.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -3,8 +3,8 @@
 // wrapping), float (float16, bfloat16) or double (float32, float64), in fixed chunks, so the
 // result does not depend on the number of threads.
 
-#include "cpu/element.hpp"
 #include "cpu/kernels.hpp"
+#include "element.hpp"
 
 #include <boost/container/small_vector.hpp>
 

@@ -29,7 +29,8 @@ loaded load() {
   if (!resolve(h, "cublasCreate_v2", a.create) || !resolve(h, "cublasDestroy_v2", a.destroy) ||
       !resolve(h, "cublasSetStream_v2", a.set_stream) ||
       !resolve(h, "cublasSetWorkspace_v2", a.set_workspace) ||
-      !resolve(h, "cublasSetMathMode", a.set_math_mode) || !resolve(h, "cublasSgemm_v2", a.sgemm)) {
+      !resolve(h, "cublasSetMathMode", a.set_math_mode) || !resolve(h, "cublasSgemm_v2", a.sgemm) ||
+      !resolve(h, "cublasDgemm_v2", a.dgemm) || !resolve(h, "cublasGemmEx", a.gemm_ex)) {
     l.error = std::string(library) + " lacks a cuBLAS entry point we call";
   }
   return l;

@@ -17,6 +17,28 @@ struct blas_api {
   decltype(&cublasSetWorkspace_v2) set_workspace;
   decltype(&cublasSetMathMode) set_math_mode;
   decltype(&cublasSgemm_v2) sgemm;
+  decltype(&cublasDgemm_v2) dgemm;
+  /// float16 and bfloat16, accumulating in float32 (the overload that takes a
+  /// cublasComputeType_t; C++ code also sees a deprecated one taking a cudaDataType).
+  cublasStatus_t (*gemm_ex)(cublasHandle_t,
+                            cublasOperation_t,
+                            cublasOperation_t,
+                            int,
+                            int,
+                            int,
+                            const void*,
+                            const void*,
+                            cudaDataType,
+                            int,
+                            const void*,
+                            cudaDataType,
+                            int,
+                            const void*,
+                            void*,
+                            cudaDataType,
+                            int,
+                            cublasComputeType_t,
+                            cublasGemmAlgo_t);
 };
 
 /// cuBLAS, loaded on the first call (thread-safe). Throws std::system_error

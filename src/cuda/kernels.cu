@@ -4,10 +4,12 @@
 
 #include "cuda/cuda_error.hpp"
 #include "cuda/kernels.hpp"
+#include "cuda/typed_kernels.hpp"
 #include "philox_normal.hpp"
 
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 namespace cotensor::detail::cuda {
 namespace {
@@ -34,92 +36,14 @@ __device__ inline std::int64_t grid_stride() {
   return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
 }
 
-template <binary_op Op>
-__device__ inline float apply(float a, float b) {
-  if constexpr (Op == binary_op::add) {
-    return a + b;
-  } else if constexpr (Op == binary_op::sub) {
-    return a - b;
-  } else if constexpr (Op == binary_op::mul) {
-    return a * b;
-  } else {
-    return a / b;
-  }
-}
-
-template <unary_op Op>
-__device__ inline float apply(float x) {
-  if constexpr (Op == unary_op::neg) {
-    return -x;
-  } else if constexpr (Op == unary_op::relu) {
-    return x > 0.0F ? x : 0.0F;
-  } else if constexpr (Op == unary_op::exp) {
-    return expf(x);
-  } else if constexpr (Op == unary_op::log) {
-    return logf(x);
-  } else if constexpr (Op == unary_op::sqrt) {
-    return sqrtf(x);
-  } else if constexpr (Op == unary_op::tanh) {
-    return tanhf(x);
-  } else {
-    // As the CPU: 1 / (1 + e^-|x|), or e^x / (1 + e^x) for negative x.
-    const float e = expf(-fabsf(x));
-    return x < 0.0F ? e / (1.0F + e) : 1.0F / (1.0F + e);
-  }
-}
-
-__global__ void fill_kernel(float* out, std::int64_t n, float value) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
-    out[i] = value;
-  }
-}
-
-template <binary_op Op>
-__global__ void
-binary_kernel(const float* a, const float* b, float* out, broadcast_layout layout, std::int64_t n) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
-    std::int64_t rest = i;
-    std::int64_t ai = 0;
-    std::int64_t bi = 0;
-    for (int d = layout.rank - 1; d >= 0; --d) {
-      const std::int64_t idx = rest % layout.extent[d];
-      rest /= layout.extent[d];
-      ai += idx * layout.a_stride[d];
-      bi += idx * layout.b_stride[d];
-    }
-    out[i] = apply<Op>(a[ai], b[bi]);
-  }
-}
-
-template <binary_op Op>
-__global__ void same_shape_kernel(const float* a, const float* b, float* out, std::int64_t n) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
-    out[i] = apply<Op>(a[i], b[i]);
-  }
-}
-
-template <binary_op Op>
-__global__ void scalar_kernel(const float* a, float s, bool left, float* out, std::int64_t n) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
-    out[i] = left ? apply<Op>(s, a[i]) : apply<Op>(a[i], s);
-  }
-}
-
-template <unary_op Op>
-__global__ void unary_kernel(const float* in, float* out, std::int64_t n) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
-    out[i] = apply<Op>(in[i]);
-  }
-}
-
 // 32 × 32 tiles through shared memory (one column of padding against bank conflicts): reads
 // and writes both coalesced.
 constexpr int tile = 32;
 constexpr int tile_rows = 8;
 
-__global__ void
-transpose_kernel(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
-  __shared__ float block[tile][tile + 1];
+template <class T>
+__global__ void transpose_kernel(const T* in, T* out, std::int64_t rows, std::int64_t cols) {
+  __shared__ T block[tile][tile + 1];
   const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * tile;
   // Rows of tiles in a grid-stride loop: the grid's y extent is at most 65535. Every thread of
   // a block takes the same trips, so the barriers are uniform.
@@ -212,111 +136,50 @@ randn_kernel(float* out, std::int64_t n, std::uint32_t k0, std::uint32_t k1, std
   }
 }
 
-template <class F>
-void with_binary(binary_op op, F&& f) {
-  switch (op) {
-  case binary_op::add:
-    return f.template operator()<binary_op::add>();
-  case binary_op::sub:
-    return f.template operator()<binary_op::sub>();
-  case binary_op::mul:
-    return f.template operator()<binary_op::mul>();
-  case binary_op::div:
-    return f.template operator()<binary_op::div>();
-  default:
-    break;
+// float16/bfloat16: the float32 samples rounded (the same conversion as the CPU's);
+// float64: Box-Muller in double on 53-bit uniforms, a pair per Philox block.
+template <class T>
+__global__ void randn_typed_kernel(
+    T* out, std::int64_t n, std::uint32_t k0, std::uint32_t k1, std::uint64_t stream) {
+  const std::int64_t per_block = std::is_same_v<T, double> ? 2 : 4;
+  const std::int64_t blocks = (n + per_block - 1) / per_block;
+  for (std::int64_t b = first_index(); b < blocks; b += grid_stride()) {
+    const auto counter = static_cast<std::uint64_t>(b);
+    const philox::block x = philox::generate(
+        {static_cast<std::uint32_t>(counter), static_cast<std::uint32_t>(counter >> 32),
+         static_cast<std::uint32_t>(stream), static_cast<std::uint32_t>(stream >> 32)},
+        k0, k1);
+    const std::int64_t base = b * per_block;
+    if constexpr (std::is_same_v<T, double>) {
+      const auto u53 = [](std::uint32_t hi32, std::uint32_t lo32) {
+        const std::uint64_t bits = (static_cast<std::uint64_t>(hi32) << 21) | (lo32 >> 11);
+        return (static_cast<double>(bits) + 0.5) * 0x1p-53;
+      };
+      const double r = ::sqrt(-2.0 * ::log(u53(x.x0, x.x1)));
+      const double theta = 6.283185307179586477 * u53(x.x2, x.x3);
+      out[base] = r * ::cos(theta);
+      if (base + 1 < n) {
+        out[base + 1] = r * ::sin(theta);
+      }
+    } else {
+      const philox::pair p = philox::box_muller(x.x0, x.x1);
+      const philox::pair q = philox::box_muller(x.x2, x.x3);
+      const float z[4] = {p.x, p.y, q.x, q.y};
+      for (int j = 0; j < 4 && base + j < n; ++j) {
+        out[base + j] = T(z[j]);
+      }
+    }
   }
-  throw std::invalid_argument("cotensor: this elementwise op is not implemented on a GPU yet");
-}
-
-template <class F>
-void with_unary(unary_op op, F&& f) {
-  switch (op) {
-  case unary_op::neg:
-    return f.template operator()<unary_op::neg>();
-  case unary_op::relu:
-    return f.template operator()<unary_op::relu>();
-  case unary_op::exp:
-    return f.template operator()<unary_op::exp>();
-  case unary_op::log:
-    return f.template operator()<unary_op::log>();
-  case unary_op::sqrt:
-    return f.template operator()<unary_op::sqrt>();
-  case unary_op::tanh:
-    return f.template operator()<unary_op::tanh>();
-  case unary_op::sigmoid:
-    return f.template operator()<unary_op::sigmoid>();
-  default:
-    break;
-  }
-  throw std::invalid_argument("cotensor: this elementwise op is not implemented on a GPU yet");
 }
 
 }  // namespace
 
-void launch_fill(cudaStream_t stream, float* out, std::int64_t n, float value) {
-  if (n == 0) {
-    return;
-  }
-  fill_kernel<<<blocks_for(n), threads, 0, stream>>>(out, n, value);
-  check_launch("fill_kernel");
-}
-
-void launch_binary(cudaStream_t stream,
-                   binary_op op,
-                   const float* a,
-                   const float* b,
-                   float* out,
-                   const broadcast_layout& layout,
-                   std::int64_t n) {
-  if (n == 0) {
-    return;
-  }
-  with_binary(op, [&]<binary_op Op>() {
-    binary_kernel<Op><<<blocks_for(n), threads, 0, stream>>>(a, b, out, layout, n);
-  });
-  check_launch("binary_kernel");
-}
-
-void launch_binary_same_shape(
-    cudaStream_t stream, binary_op op, const float* a, const float* b, float* out, std::int64_t n) {
-  if (n == 0) {
-    return;
-  }
-  with_binary(op, [&]<binary_op Op>() {
-    same_shape_kernel<Op><<<blocks_for(n), threads, 0, stream>>>(a, b, out, n);
-  });
-  check_launch("same_shape_kernel");
-}
-
-void launch_binary_scalar(cudaStream_t stream,
-                          binary_op op,
-                          const float* a,
-                          float s,
-                          bool scalar_left,
-                          float* out,
-                          std::int64_t n) {
-  if (n == 0) {
-    return;
-  }
-  with_binary(op, [&]<binary_op Op>() {
-    scalar_kernel<Op><<<blocks_for(n), threads, 0, stream>>>(a, s, scalar_left, out, n);
-  });
-  check_launch("scalar_kernel");
-}
-
-void launch_unary(cudaStream_t stream, unary_op op, const float* in, float* out, std::int64_t n) {
-  if (n == 0) {
-    return;
-  }
-  with_unary(op, [&]<unary_op Op>() {
-    unary_kernel<Op><<<blocks_for(n), threads, 0, stream>>>(in, out, n);
-  });
-  check_launch("unary_kernel");
-}
-
-void launch_transpose(
-    cudaStream_t stream, const float* in, float* out, std::int64_t rows, std::int64_t cols) {
+void launch_transpose_bytes(cudaStream_t stream,
+                            std::size_t item,
+                            const void* in,
+                            void* out,
+                            std::int64_t rows,
+                            std::int64_t cols) {
   if (rows == 0 || cols == 0) {
     return;
   }
@@ -327,7 +190,25 @@ void launch_transpose(
   }
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
   const dim3 block(tile, tile_rows);
-  transpose_kernel<<<grid, block, 0, stream>>>(in, out, rows, cols);
+  auto run = [&](auto* typed) {
+    using T = std::remove_pointer_t<decltype(typed)>;
+    transpose_kernel<T>
+        <<<grid, block, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), rows, cols);
+  };
+  switch (item) {
+  case 1:
+    run(static_cast<std::uint8_t*>(nullptr));
+    break;
+  case 2:
+    run(static_cast<std::uint16_t*>(nullptr));
+    break;
+  case 4:
+    run(static_cast<std::uint32_t*>(nullptr));
+    break;
+  default:
+    run(static_cast<std::uint64_t*>(nullptr));
+    break;
+  }
   check_launch("transpose_kernel");
 }
 
@@ -366,6 +247,37 @@ void launch_randn(cudaStream_t stream,
       out, n, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
       philox_stream);
   check_launch("randn_kernel");
+}
+
+void launch_randn_typed(cudaStream_t stream,
+                        dtype t,
+                        void* out,
+                        std::int64_t n,
+                        std::uint64_t seed,
+                        std::uint64_t philox_stream) {
+  if (n == 0) {
+    return;
+  }
+  const auto k0 = static_cast<std::uint32_t>(seed);
+  const auto k1 = static_cast<std::uint32_t>(seed >> 32);
+  switch (t) {
+  case dtype::float16:
+    randn_typed_kernel<float16_t><<<blocks_for((n + 3) / 4), threads, 0, stream>>>(
+        static_cast<float16_t*>(out), n, k0, k1, philox_stream);
+    break;
+  case dtype::bfloat16:
+    randn_typed_kernel<bfloat16_t><<<blocks_for((n + 3) / 4), threads, 0, stream>>>(
+        static_cast<bfloat16_t*>(out), n, k0, k1, philox_stream);
+    break;
+  case dtype::float64:
+    randn_typed_kernel<double><<<blocks_for((n + 1) / 2), threads, 0, stream>>>(
+        static_cast<double*>(out), n, k0, k1, philox_stream);
+    break;
+  default:
+    launch_randn(stream, static_cast<float*>(out), n, seed, philox_stream);
+    return;
+  }
+  check_launch("randn_typed_kernel");
 }
 
 }  // namespace cotensor::detail::cuda

@@ -15,34 +15,6 @@ namespace cotensor::detail::cuda {
 /// The most dimensions a broadcasting op takes on a GPU.
 constexpr int max_rank = gpu_max_broadcast_rank;
 
-/// An output's extents and each input's strides in its index space (0 where broadcast).
-struct broadcast_layout {
-  int rank = 0;
-  std::int64_t extent[max_rank] = {};
-  std::int64_t a_stride[max_rank] = {};
-  std::int64_t b_stride[max_rank] = {};
-};
-
-void launch_fill(cudaStream_t stream, float* out, std::int64_t n, float value);
-void launch_binary(cudaStream_t stream,
-                   binary_op op,
-                   const float* a,
-                   const float* b,
-                   float* out,
-                   const broadcast_layout& layout,
-                   std::int64_t n);
-void launch_binary_same_shape(
-    cudaStream_t stream, binary_op op, const float* a, const float* b, float* out, std::int64_t n);
-void launch_binary_scalar(cudaStream_t stream,
-                          binary_op op,
-                          const float* a,
-                          float s,
-                          bool scalar_left,
-                          float* out,
-                          std::int64_t n);
-void launch_unary(cudaStream_t stream, unary_op op, const float* in, float* out, std::int64_t n);
-void launch_transpose(
-    cudaStream_t stream, const float* in, float* out, std::int64_t rows, std::int64_t cols);
 void launch_sum_axis(cudaStream_t stream,
                      const float* in,
                      std::int64_t outer,

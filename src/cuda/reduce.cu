@@ -1,10 +1,15 @@
-// sum over a whole tensor through CUB's device-wide reduction, accumulated in double.
+// float32's sum over a whole tensor through CUB's device-wide reduction, accumulated in double;
+// then every dtype's reductions over one axis.
 
 #include "cuda/cuda_error.hpp"
 #include "cuda/kernels.hpp"
+#include "cuda/typed_kernels.hpp"
+#include "element.hpp"
 
+#include <algorithm>
 #include <cub/device/device_reduce.cuh>
 #include <cuda/std/functional>
+#include <type_traits>
 
 namespace cotensor::detail::cuda {
 namespace {
@@ -47,6 +52,160 @@ void launch_sum(cudaStream_t stream,
   finish_sum<<<1, 1, 0, stream>>>(total, divisor, out);
   if (const cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
     throw_cuda_error(rc, "finish_sum", __FILE__, __LINE__);
+  }
+}
+
+}  // namespace cotensor::detail::cuda
+
+// Reductions of every dtype over [outer, extent, inner] (sum, max, min, argmax, argmin).
+namespace cotensor::detail::cuda {
+namespace {
+
+constexpr int reduce_threads = 256;
+
+template <class T>
+using sum_acc_t = std::
+    conditional_t<is_half_v<T>, float, std::conditional_t<is_float_v<T>, double, std::int64_t>>;
+template <class T>
+using sum_out_t = std::conditional_t<is_float_v<T>, T, std::int64_t>;
+
+// A running extreme: its value (compute type) and the first index where it was seen. NaN wins
+// and stays (the first NaN); among equal values the smaller index wins: the order of the tree
+// does not change the answer.
+template <class C>
+struct extreme {
+  C value;
+  std::int64_t index;
+};
+
+template <bool Max, class C>
+__device__ inline extreme<C> pick(extreme<C> a, extreme<C> b) {
+  const bool a_nan = is_nan(a.value);
+  const bool b_nan = is_nan(b.value);
+  if (a_nan || b_nan) {
+    if (a_nan && b_nan) {
+      return a.index <= b.index ? a : b;
+    }
+    return a_nan ? a : b;
+  }
+  if (a.value == b.value) {
+    return a.index <= b.index ? a : b;
+  }
+  return (Max ? a.value > b.value : a.value < b.value) ? a : b;
+}
+
+template <class A>
+__device__ inline A add(A x, A y) {
+  if constexpr (std::is_integral_v<A>) {
+    return wrap_add(x, y);
+  } else {
+    return x + y;
+  }
+}
+
+// One block per output element: threads stride along the axis, then a tree in shared memory
+// in a fixed order (the same bits every run).
+template <reduce_op Op, class T>
+__global__ void reduce_kernel(const T* in,
+                              std::int64_t outer,
+                              std::int64_t extent,
+                              std::int64_t inner,
+                              double scale,
+                              void* out) {
+  using C = compute_t<T>;
+  using A = sum_acc_t<T>;
+  constexpr bool is_sum = Op == reduce_op::sum;
+  constexpr bool is_max = Op == reduce_op::max || Op == reduce_op::argmax;
+  __shared__ A sums[reduce_threads];
+  __shared__ extreme<C> best[reduce_threads];
+  for (std::int64_t r = blockIdx.x; r < outer * inner; r += gridDim.x) {
+    const T* p = in + (r / inner) * extent * inner + r % inner;
+    if constexpr (is_sum) {
+      A acc{};
+      for (std::int64_t a = threadIdx.x; a < extent; a += blockDim.x) {
+        acc = add(acc, static_cast<A>(load(p[a * inner])));
+      }
+      sums[threadIdx.x] = acc;
+    } else {
+      extreme<C> e{load(p[0]), 0};
+      for (std::int64_t a = threadIdx.x; a < extent; a += blockDim.x) {
+        e = pick<is_max>(e, extreme<C>{load(p[a * inner]), a});
+      }
+      best[threadIdx.x] = e;
+    }
+    __syncthreads();
+    for (int half = reduce_threads / 2; half > 0; half /= 2) {
+      if (static_cast<int>(threadIdx.x) < half) {
+        if constexpr (is_sum) {
+          sums[threadIdx.x] = add(sums[threadIdx.x], sums[threadIdx.x + half]);
+        } else {
+          best[threadIdx.x] = pick<is_max>(best[threadIdx.x], best[threadIdx.x + half]);
+        }
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      if constexpr (is_sum) {
+        if constexpr (std::is_integral_v<A>) {
+          static_cast<std::int64_t*>(out)[r] = sums[0];
+        } else {
+          static_cast<sum_out_t<T>*>(out)[r] =
+              sum_out_t<T>(static_cast<compute_t<T>>(static_cast<double>(sums[0]) * scale));
+        }
+      } else if constexpr (Op == reduce_op::argmax || Op == reduce_op::argmin) {
+        static_cast<std::int64_t*>(out)[r] = best[0].index;
+      } else {
+        static_cast<T*>(out)[r] = p[best[0].index * inner];
+      }
+    }
+    __syncthreads();  // the shared arrays are read before the next output overwrites them
+  }
+}
+
+}  // namespace
+
+void launch_reduce(cudaStream_t stream,
+                   reduce_op op,
+                   dtype t,
+                   const void* in,
+                   std::int64_t outer,
+                   std::int64_t extent,
+                   std::int64_t inner,
+                   double scale,
+                   void* out) {
+  const std::int64_t outputs = outer * inner;
+  if (outputs == 0) {
+    return;
+  }
+  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(outputs, 65535));
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const auto* p = static_cast<const T*>(in);
+    switch (op) {
+    case reduce_op::sum:
+      reduce_kernel<reduce_op::sum, T>
+          <<<blocks, reduce_threads, 0, stream>>>(p, outer, extent, inner, scale, out);
+      break;
+    case reduce_op::max:
+      reduce_kernel<reduce_op::max, T>
+          <<<blocks, reduce_threads, 0, stream>>>(p, outer, extent, inner, scale, out);
+      break;
+    case reduce_op::min:
+      reduce_kernel<reduce_op::min, T>
+          <<<blocks, reduce_threads, 0, stream>>>(p, outer, extent, inner, scale, out);
+      break;
+    case reduce_op::argmax:
+      reduce_kernel<reduce_op::argmax, T>
+          <<<blocks, reduce_threads, 0, stream>>>(p, outer, extent, inner, scale, out);
+      break;
+    case reduce_op::argmin:
+      reduce_kernel<reduce_op::argmin, T>
+          <<<blocks, reduce_threads, 0, stream>>>(p, outer, extent, inner, scale, out);
+      break;
+    }
+  });
+  if (const cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
+    throw_cuda_error(rc, "reduce_kernel", __FILE__, __LINE__);
   }
 }
 

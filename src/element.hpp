@@ -1,8 +1,10 @@
 #pragma once
 
-// Element types for the CPU's kernels: visiting a runtime dtype as a C++ type, the type each
-// computes in (float16 and bfloat16 compute in float and round once), and the elementwise
-// functions every dtype shares. Header-only so that each loop inlines them.
+// Element types for the kernels of every backend: visiting a runtime dtype as a C++ type, the
+// type each computes in (float16 and bfloat16 compute in float and round once), and the
+// elementwise functions every dtype shares. Header-only and constexpr, so that each loop
+// inlines them and CUDA's device code (--expt-relaxed-constexpr) calls the same functions: the
+// GPU computes the CPU's bits wherever the operations are exact.
 
 #include "cotensor/dtype.hpp"
 
@@ -14,7 +16,7 @@
 #include <limits>
 #include <type_traits>
 
-namespace cotensor::detail::cpu {
+namespace cotensor::detail {
 
 template <class T>
 struct type_tag {
@@ -55,17 +57,17 @@ template <class T>
 using compute_t = std::conditional_t<is_half_v<T>, float, T>;
 
 template <class T>
-inline compute_t<T> load(T x) noexcept {
+constexpr compute_t<T> load(T x) noexcept {
   return static_cast<compute_t<T>>(x);
 }
 template <class T>
-inline T store(compute_t<T> x) noexcept {
+constexpr T store(compute_t<T> x) noexcept {
   return T(x);
 }
 
 /// `x` as integer `I`: saturating at I's range, NaN to 0 (C++ leaves these undefined).
 template <class I, class F>
-inline I saturate(F x) noexcept {
+constexpr I saturate(F x) noexcept {
   constexpr F lo = static_cast<F>(std::numeric_limits<I>::min());  // -2^(N-1), exact
   if (!(x == x)) {
     return 0;
@@ -81,7 +83,7 @@ inline I saturate(F x) noexcept {
 
 /// `x` converted from `From` to `To` as `astype` does.
 template <class To, class From>
-inline To convert(From x) noexcept {
+constexpr To convert(From x) noexcept {
   if constexpr (std::is_same_v<To, From>) {
     return x;
   } else if constexpr (std::is_same_v<To, bool>) {
@@ -89,11 +91,7 @@ inline To convert(From x) noexcept {
   } else if constexpr (is_int_v<To> && is_float_v<From>) {
     return saturate<To>(load(x));
   } else if constexpr (is_half_v<To>) {
-    if constexpr (is_half_v<From>) {
-      return To(static_cast<float>(x));
-    } else {
-      return To(static_cast<float>(x));  // int, double: through float, as PyTorch does
-    }
+    return To(static_cast<float>(x));  // from int or double: through float, as PyTorch does
   } else if constexpr (is_half_v<From>) {
     return static_cast<To>(static_cast<float>(x));
   } else {
@@ -104,23 +102,23 @@ inline To convert(From x) noexcept {
 // Two's-complement arithmetic on signed integers, with no undefined behaviour: computed in the
 // unsigned type, whose conversion back is modular in C++20.
 template <class T>
-inline T wrap_add(T x, T y) noexcept {
+constexpr T wrap_add(T x, T y) noexcept {
   using U = std::make_unsigned_t<T>;
   return static_cast<T>(static_cast<U>(x) + static_cast<U>(y));
 }
 template <class T>
-inline T wrap_sub(T x, T y) noexcept {
+constexpr T wrap_sub(T x, T y) noexcept {
   using U = std::make_unsigned_t<T>;
   return static_cast<T>(static_cast<U>(x) - static_cast<U>(y));
 }
 template <class T>
-inline T wrap_mul(T x, T y) noexcept {
+constexpr T wrap_mul(T x, T y) noexcept {
   using U = std::make_unsigned_t<T>;
   return static_cast<T>(static_cast<U>(x) * static_cast<U>(y));
 }
 
 template <class C>
-inline bool is_nan(C x) noexcept {
+constexpr bool is_nan(C x) noexcept {
   if constexpr (std::is_floating_point_v<C>) {
     return x != x;
   } else {
@@ -130,7 +128,7 @@ inline bool is_nan(C x) noexcept {
 
 /// `x ⊗ y` on compute type `C`; the result is `C`, or bool for comparisons and logical ops.
 template <binary_op Op, class C>
-inline auto apply_binary(C x, C y) noexcept {
+constexpr auto apply_binary(C x, C y) noexcept {
   if constexpr (Op == binary_op::add) {
     if constexpr (std::is_same_v<C, bool>) {
       return static_cast<bool>(x || y);
@@ -230,7 +228,7 @@ decltype(auto) visit_binary(binary_op op, F&& f) {
 
 /// A scalar operand as compute type `C`.
 template <class C>
-inline C scalar_as(scalar_arg s) noexcept {
+constexpr C scalar_as(scalar_arg s) noexcept {
   if constexpr (std::is_same_v<C, bool>) {
     return s.i != 0;
   } else if constexpr (std::is_integral_v<C>) {
@@ -240,4 +238,4 @@ inline C scalar_as(scalar_arg s) noexcept {
   }
 }
 
-}  // namespace cotensor::detail::cpu
+}  // namespace cotensor::detail

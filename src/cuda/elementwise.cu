@@ -1,0 +1,341 @@
+// The CUDA backend's elementwise kernels for every dtype: fill, cast, binary ops (same shape,
+// with a scalar, broadcasting), unary ops and where. The element functions are the CPU's
+// (src/element.hpp, constexpr): float16 and bfloat16 compute in float and round once with the
+// same conversion, so wherever an operation is exact the GPU writes the CPU's bits. Built
+// without fast math or fused multiply-add (see CMakeLists.txt).
+
+#include "cuda/cuda_error.hpp"
+#include "cuda/typed_kernels.hpp"
+#include "element.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace cotensor::detail::cuda {
+namespace {
+
+constexpr int threads = 256;
+
+unsigned blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(std::clamp<std::int64_t>(b, 1, 65536));
+}
+
+void check_launch(const char* kernel) {
+  if (const cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
+    throw_cuda_error(rc, kernel, __FILE__, __LINE__);
+  }
+}
+
+__device__ inline std::int64_t first_index() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline std::int64_t grid_stride() {
+  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+}
+
+// Offsets of output element i in each operand: Strides operands of layout `l`.
+template <int N>
+__device__ inline void
+operand_offsets(const elementwise_layout& l, std::int64_t i, std::int64_t (&offset)[N]) {
+  std::int64_t rest = i;
+  for (int k = 0; k < N; ++k) {
+    offset[k] = 0;
+  }
+  for (int d = l.rank - 1; d >= 0; --d) {
+    const std::int64_t idx = rest % l.extent[d];
+    rest /= l.extent[d];
+    for (int k = 0; k < N; ++k) {
+      offset[k] += idx * l.stride[k][d];
+    }
+  }
+}
+
+template <class T>
+__global__ void fill_kernel(T* out, std::int64_t n, T value) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
+    out[i] = value;
+  }
+}
+
+template <class From, class To>
+__global__ void cast_kernel(const From* in, To* out, std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
+    out[i] = convert<To>(in[i]);
+  }
+}
+
+template <binary_op Op, class T>
+__device__ inline void
+put(binary_out_t<Op, T>* out, std::int64_t i, compute_t<T> x, compute_t<T> y) {
+  const auto r = apply_binary<Op, compute_t<T>>(x, y);
+  if constexpr (writes_bool(Op)) {
+    out[i] = r;
+  } else {
+    out[i] = store<T>(r);
+  }
+}
+
+template <binary_op Op, class T>
+__global__ void
+same_shape_kernel(const T* a, const T* b, binary_out_t<Op, T>* out, std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
+    put<Op, T>(out, i, load(a[i]), load(b[i]));
+  }
+}
+
+template <binary_op Op, class T>
+__global__ void
+scalar_kernel(const T* a, compute_t<T> s, bool left, binary_out_t<Op, T>* out, std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
+    if (left) {
+      put<Op, T>(out, i, s, load(a[i]));
+    } else {
+      put<Op, T>(out, i, load(a[i]), s);
+    }
+  }
+}
+
+template <binary_op Op, class T>
+__global__ void broadcast_kernel(
+    const T* a, const T* b, binary_out_t<Op, T>* out, elementwise_layout layout, std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
+    std::int64_t offset[2];
+    operand_offsets<2>(layout, i, offset);
+    put<Op, T>(out, i, load(a[offset[0]]), load(b[offset[1]]));
+  }
+}
+
+template <class T>
+__global__ void where_kernel(
+    const bool* cond, const T* a, const T* b, T* out, elementwise_layout layout, std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
+    std::int64_t offset[3];
+    operand_offsets<3>(layout, i, offset);
+    out[i] = cond[offset[0]] ? a[offset[1]] : b[offset[2]];
+  }
+}
+
+// Unary math in the compute type: float for float16/bfloat16/float32, double for float64.
+template <unary_op Op, class C>
+__device__ inline C unary_math(C x) {
+  constexpr bool dbl = std::is_same_v<C, double>;
+  if constexpr (Op == unary_op::neg) {
+    if constexpr (std::is_integral_v<C>) {
+      return wrap_sub(C{0}, x);
+    } else {
+      return -x;
+    }
+  } else if constexpr (Op == unary_op::abs) {
+    if constexpr (std::is_integral_v<C>) {
+      return x < 0 ? wrap_sub(C{0}, x) : x;
+    } else {
+      return dbl ? fabs(x) : fabsf(x);
+    }
+  } else if constexpr (Op == unary_op::relu) {
+    return x > C{0} || is_nan(x) ? x : C{0};
+  } else if constexpr (Op == unary_op::logical_not) {
+    return x == C{0} ? C{1} : C{0};
+  } else if constexpr (std::is_integral_v<C>) {
+    return x;  // transcendental ops never reach integers (the frontend casts first)
+  } else if constexpr (Op == unary_op::exp) {
+    return dbl ? ::exp(x) : expf(x);
+  } else if constexpr (Op == unary_op::log) {
+    return dbl ? ::log(x) : logf(x);
+  } else if constexpr (Op == unary_op::sqrt) {
+    return dbl ? ::sqrt(x) : sqrtf(x);
+  } else if constexpr (Op == unary_op::tanh) {
+    return dbl ? ::tanh(x) : tanhf(x);
+  } else if constexpr (Op == unary_op::sigmoid) {
+    // As the CPU: 1 / (1 + e^-|x|), or e^x / (1 + e^x) for negative x.
+    const C e = dbl ? ::exp(-fabs(x)) : expf(-fabsf(x));
+    return x < C{0} ? e / (C{1} + e) : C{1} / (C{1} + e);
+  } else if constexpr (Op == unary_op::gelu_erf) {
+    const double d = x;  // in double and rounded once, as the CPU
+    return static_cast<C>(0.5 * d * (1.0 + ::erf(d * 0.70710678118654752440)));
+  } else {
+    static_assert(Op == unary_op::gelu_tanh);
+    const double d = x;
+    const double k = 0.79788456080286535588;  // √(2/π)
+    return static_cast<C>(0.5 * d * (1.0 + ::tanh(k * (d + 0.044715 * d * d * d))));
+  }
+}
+
+template <unary_op Op, class T>
+__global__ void unary_kernel(const T* in, T* out, std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
+    out[i] = store<T>(unary_math<Op, compute_t<T>>(load(in[i])));
+  }
+}
+
+template <class F>
+void with_unary(unary_op op, F&& f) {
+  using enum unary_op;
+  switch (op) {
+  case neg:
+    return f(std::integral_constant<unary_op, neg>{});
+  case relu:
+    return f(std::integral_constant<unary_op, relu>{});
+  case exp:
+    return f(std::integral_constant<unary_op, exp>{});
+  case log:
+    return f(std::integral_constant<unary_op, log>{});
+  case sqrt:
+    return f(std::integral_constant<unary_op, sqrt>{});
+  case tanh:
+    return f(std::integral_constant<unary_op, tanh>{});
+  case sigmoid:
+    return f(std::integral_constant<unary_op, sigmoid>{});
+  case abs:
+    return f(std::integral_constant<unary_op, abs>{});
+  case logical_not:
+    return f(std::integral_constant<unary_op, logical_not>{});
+  case gelu_erf:
+    return f(std::integral_constant<unary_op, gelu_erf>{});
+  case gelu_tanh:
+    break;
+  }
+  return f(std::integral_constant<unary_op, gelu_tanh>{});
+}
+
+// The unary ops each dtype takes (the frontend casts or refuses the rest): the kernels
+// instantiated.
+template <unary_op Op, class T>
+constexpr bool unary_exists = std::is_same_v<T, bool>
+                                  ? Op == unary_op::logical_not
+                                  : (is_float_v<T> || Op == unary_op::neg || Op == unary_op::abs ||
+                                     Op == unary_op::relu) &&
+                                        Op != unary_op::logical_not;
+
+}  // namespace
+
+void launch_fill(cudaStream_t stream, dtype t, void* out, std::int64_t n, scalar_arg value) {
+  if (n == 0) {
+    return;
+  }
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    fill_kernel<T><<<blocks_for(n), threads, 0, stream>>>(static_cast<T*>(out), n,
+                                                          store<T>(scalar_as<compute_t<T>>(value)));
+  });
+  check_launch("fill_kernel");
+}
+
+void launch_cast(
+    cudaStream_t stream, dtype from, const void* in, dtype to, void* out, std::int64_t n) {
+  if (n == 0) {
+    return;
+  }
+  visit_dtype(from, [&](auto f) {
+    using From = typename decltype(f)::type;
+    visit_dtype(to, [&](auto tt) {
+      using To = typename decltype(tt)::type;
+      cast_kernel<From, To><<<blocks_for(n), threads, 0, stream>>>(static_cast<const From*>(in),
+                                                                   static_cast<To*>(out), n);
+    });
+  });
+  check_launch("cast_kernel");
+}
+
+void launch_binary(cudaStream_t stream,
+                   binary_op op,
+                   dtype t,
+                   const void* a,
+                   const void* b,
+                   void* out,
+                   const elementwise_layout* layout,
+                   std::int64_t n) {
+  if (n == 0) {
+    return;
+  }
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    visit_binary(op, [&](auto o) {
+      constexpr binary_op Op = decltype(o)::value;
+      if constexpr (binary_exists<Op, T>) {
+        using Out = binary_out_t<Op, T>;
+        const auto* pa = static_cast<const T*>(a);
+        const auto* pb = static_cast<const T*>(b);
+        auto* po = static_cast<Out*>(out);
+        if (layout == nullptr) {
+          same_shape_kernel<Op, T><<<blocks_for(n), threads, 0, stream>>>(pa, pb, po, n);
+        } else {
+          broadcast_kernel<Op, T><<<blocks_for(n), threads, 0, stream>>>(pa, pb, po, *layout, n);
+        }
+      } else {
+        throw std::invalid_argument("cotensor: an elementwise op on a dtype it does not take");
+      }
+    });
+  });
+  check_launch("binary_kernel");
+}
+
+void launch_binary_scalar(cudaStream_t stream,
+                          binary_op op,
+                          dtype t,
+                          const void* a,
+                          scalar_arg s,
+                          bool scalar_left,
+                          void* out,
+                          std::int64_t n) {
+  if (n == 0) {
+    return;
+  }
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    visit_binary(op, [&](auto o) {
+      constexpr binary_op Op = decltype(o)::value;
+      if constexpr (binary_exists<Op, T>) {
+        scalar_kernel<Op, T><<<blocks_for(n), threads, 0, stream>>>(
+            static_cast<const T*>(a), scalar_as<compute_t<T>>(s), scalar_left,
+            static_cast<binary_out_t<Op, T>*>(out), n);
+      } else {
+        throw std::invalid_argument("cotensor: an elementwise op on a dtype it does not take");
+      }
+    });
+  });
+  check_launch("scalar_kernel");
+}
+
+void launch_unary(
+    cudaStream_t stream, unary_op op, dtype t, const void* in, void* out, std::int64_t n) {
+  if (n == 0) {
+    return;
+  }
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    with_unary(op, [&](auto o) {
+      constexpr unary_op Op = decltype(o)::value;
+      if constexpr (unary_exists<Op, T>) {
+        unary_kernel<Op, T><<<blocks_for(n), threads, 0, stream>>>(static_cast<const T*>(in),
+                                                                   static_cast<T*>(out), n);
+      } else {
+        throw std::invalid_argument("cotensor: a unary op on a dtype it does not take");
+      }
+    });
+  });
+  check_launch("unary_kernel");
+}
+
+void launch_where(cudaStream_t stream,
+                  dtype t,
+                  const void* cond,
+                  const void* a,
+                  const void* b,
+                  void* out,
+                  const elementwise_layout& layout,
+                  std::int64_t n) {
+  if (n == 0) {
+    return;
+  }
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    where_kernel<T><<<blocks_for(n), threads, 0, stream>>>(
+        static_cast<const bool*>(cond), static_cast<const T*>(a), static_cast<const T*>(b),
+        static_cast<T*>(out), layout, n);
+  });
+  check_launch("where_kernel");
+}
+
+}  // namespace cotensor::detail::cuda
