@@ -160,6 +160,18 @@ dtype scalar_result(dtype t, scalar s) {
 
 dtype written(binary_op op, dtype c) { return writes_bool(op) ? dtype::boolean : c; }
 
+// The kernel's op for `op` on dtype `t`: the maximum and minimum of bools are logical or and
+// and (as NumPy and PyTorch), which the kernels have; they have no bool maximum.
+binary_op kernel_op(binary_op op, dtype t) {
+  if (t == dtype::boolean && op == binary_op::maximum) {
+    return binary_op::logical_or;
+  }
+  if (t == dtype::boolean && op == binary_op::minimum) {
+    return binary_op::logical_and;
+  }
+  return op;
+}
+
 }  // namespace
 
 void issue_in_place(const char* op, binary_op kind, const tensor& a, const tensor& b) {
@@ -232,6 +244,7 @@ tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) 
   const bool same_shape = a.shape() == b.shape();
   check_device_broadcast(op, a.device(), same_shape, out_shape);
   const dtype t = compute_dtype(op, kind, promote_types(a.dtype(), b.dtype()));
+  kind = kernel_op(kind, t);
   const kernel_table& k = kernels_checked(op, a.device(), t);
   const tensor x = cast_to(a, t, op);
   const tensor y = cast_to(b, t, op);
@@ -255,6 +268,7 @@ tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) 
 tensor scalar_op(binary_op kind, const tensor& a, scalar s, bool scalar_left, const char* op) {
   checked(a, op);
   const dtype t = compute_dtype(op, kind, scalar_result(a.dtype(), s));
+  kind = kernel_op(kind, t);
   const kernel_table& k = kernels_checked(op, a.device(), t);
   const scalar_arg arg = scalar_for(op, s, t);
   const tensor x = cast_to(a, t, op);
