@@ -158,6 +158,14 @@ dtype scalar_result(dtype t, scalar s) {
   return t;
 }
 
+// The kind of a dtype, in the order in-place ops may not climb: bool, integer, floating.
+int kind_rank(dtype t) {
+  if (t == dtype::boolean) {
+    return 0;
+  }
+  return is_floating(t) ? 2 : 1;
+}
+
 dtype written(binary_op op, dtype c) { return writes_bool(op) ? dtype::boolean : c; }
 
 // The kernel's op for `op` on dtype `t`: the maximum and minimum of bools are logical or and
@@ -181,9 +189,21 @@ void issue_in_place(const char* op, binary_op kind, const tensor& a, const tenso
                           a.shape().to_string() + " of the tensor updated in place");
   }
   const dtype t = compute_dtype(op, kind, promote_types(a.dtype(), b.dtype()));
-  if (t != a.dtype()) {
+  if (kind_rank(t) > kind_rank(a.dtype())) {
     throw_invalid(op, "the result's dtype " + std::string(name(t)) + " cannot be stored in the " +
                           std::string(name(a.dtype())) + " tensor updated in place");
+  }
+  if (t != a.dtype()) {
+    // A wider dtype of the same kind (float16 += float32, int32 += int64): computed in it and
+    // rounded once into `a`, as PyTorch does.
+    const tensor r = binary(op, kind, a, b);
+    const kernel_table& k = kernels_checked(op, a.device(), a.dtype());
+    const auto& sr = r.storage();
+    const auto& sa = a.storage();
+    issue(op, {sr}, {sa}, [k = &k, t, to = a.dtype(), pr = sr.get(), pa = sa.get(), n = a.numel()] {
+      k->cast(t, pr->raw(), to, pa->raw(), n);
+    });
+    return;
   }
   check_device_broadcast(op, a.device(), a.shape() == b.shape(), a.shape());
   const kernel_table& k = kernels_checked(op, a.device(), t);

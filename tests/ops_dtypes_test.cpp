@@ -172,7 +172,7 @@ TEST_SUITE("ops_dtypes") {
           std::vector<bool>{true, false});
   }
 
-  TEST_CASE("in-place ops keep the left dtype and refuse what does not fit it") {
+  TEST_CASE("in-place ops keep the left dtype and refuse a result of a higher kind") {
     tensor i = from_vector(std::vector<std::int32_t>{1, 2}, {2});
     i += 3;
     i *= from_vector(std::vector<std::int32_t>{2, 2}, {2});
@@ -188,6 +188,25 @@ TEST_SUITE("ops_dtypes") {
     CHECK(f.dtype() == dtype::float16);
     tensor b = ones({2}, dtype::boolean);
     check_rejected([&] { b += 1; });  // bool + int is int64
+    const tensor i2 = ones({2}, dtype::int32);
+    check_rejected([&] { b += i2; });
+    check_rejected([&] { i /= i2; });  // true division is float32
+    // A wider dtype of the same kind is computed in it and stored rounded, as PyTorch does.
+    tensor h = ones({2}, dtype::float16);
+    h += from_vector({0x1p-11F + 0x1p-20F, 0.25F}, {2});  // float32: rounds once, up
+    CHECK(h.dtype() == dtype::float16);
+    CHECK(h.to_vector<double>() == std::vector<double>{1.0 + 0x1p-10, 1.25});
+    tensor bf = ones({1}, dtype::bfloat16);
+    bf *= full({1}, 3.0, dtype::float16);  // bfloat16 with float16 is float32
+    CHECK(bf.dtype() == dtype::bfloat16);
+    CHECK(bf.item() == 3.0F);
+    tensor j = from_vector(std::vector<std::int32_t>{INT32_MAX, 5}, {2});
+    j += from_vector(std::vector<std::int64_t>{1, (1LL << 32) + 1}, {2});  // wraps into int32
+    CHECK(j.dtype() == dtype::int32);
+    CHECK(j.to_vector<std::int32_t>() == std::vector<std::int32_t>{INT32_MIN, 6});
+    tensor g = zeros({2, 2}, dtype::float16);
+    g -= from_vector({1.0F, 2.0F}, {2});  // broadcast into g
+    CHECK(g.to_vector() == std::vector<float>{-1.0F, -2.0F, -1.0F, -2.0F});
   }
 
   TEST_CASE("comparisons, where, maximum, minimum and clamp on every dtype") {
