@@ -33,7 +33,8 @@ SHORT = {"bool": "b", "int32": "i32", "int64": "i64", "float16": "f16", "bfloat1
 PEERS = ["NumPy", "PyTorch", "JAX"]
 MARK = {"NumPy": "N", "PyTorch": "T", "JAX": "J"}
 SCALARS = {"bool": True, "int": 2, "float": 2.5}
-SPECIALS = ["nan", "inf", "-inf", "3000000000", "-3000000000", "1e+19", "-1e+19", "-2.7"]
+NUMPY_BY_OP = set()  # the pairs np.result_type refuses; their NumPy cell is x + y's dtype
+SPECIALS = ["nan", "inf", "-inf", "3e9", "-3e9", "1e19", "-1e19", "-2.7"]  # as the printer
 
 
 def find_printer():
@@ -130,7 +131,13 @@ class Peer:
 
     def promote(self, a, b):
         if self.name == "NumPy":
-            return self.spell(self.np.result_type(self.types[a], self.types[b]))
+            try:
+                return self.spell(self.np.result_type(self.types[a], self.types[b]))
+            except self.np.exceptions.DTypePromotionError:
+                # ml_dtypes registers casts, not promotions, between bfloat16 and the
+                # integers and float16: an array op then takes the ufunc's loop.
+                NUMPY_BY_OP.add((a, b))
+                return self.result(lambda: self.ones(a) + self.ones(b))
         if self.name == "PyTorch":
             return self.spell(self.torch.promote_types(self.types[a], self.types[b]))
         return self.spell(self.jnp.promote_types(self.types[a], self.types[b]))
@@ -182,6 +189,13 @@ def promotion_tables(facts, peers):
         rows.append(f"| **{SHORT[a]}** | " + " | ".join(cells) + " |")
     rows += ["", "| tensor ⊗ tensor | cotensor | NumPy 2 | PyTorch | JAX |",
              "|---|---|---|---|---|"] + diffs
+    if NUMPY_BY_OP:
+        pairs = sorted({tuple(sorted(p, key=DTYPES.index)) for p in NUMPY_BY_OP},
+                       key=lambda p: (DTYPES.index(p[0]), DTYPES.index(p[1])))
+        rows += ["", "NumPy's `np.result_type` raises `DTypePromotionError` for "
+                 + ", ".join(f"{a} ⊗ {b}" for a, b in pairs)
+                 + " (ml_dtypes defines casts, not promotions, for bfloat16); their NumPy cells "
+                 "are the dtype of `x + y` on arrays, which converts through the ufunc's loop."]
     return "\n".join(rows)
 
 

@@ -87,9 +87,10 @@ int main() {
   const tensor f = from_vector(specials, {static_cast<std::int64_t>(specials.size())});
   const auto i32 = f.astype(dtype::int32).to_vector<std::int32_t>();
   const auto i64 = f.astype(dtype::int64).to_vector<std::int64_t>();
+  const char* labels[] = {"nan", "inf", "-inf", "3e9", "-3e9", "1e19", "-1e19", "-2.7"};
   for (std::size_t i = 0; i < specials.size(); ++i) {
-    put("cast float32 " + number(specials[i]) + " int32", std::to_string(i32[i]));
-    put("cast float32 " + number(specials[i]) + " int64", std::to_string(i64[i]));
+    put(std::string("cast float32 ") + labels[i] + " int32", std::to_string(i32[i]));
+    put(std::string("cast float32 ") + labels[i] + " int64", std::to_string(i64[i]));
   }
 
   // Rounding twice: float64 -> float16/bfloat16 and int -> bfloat16 go through float32.
