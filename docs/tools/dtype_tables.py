@@ -19,6 +19,7 @@ float -> int casts of NaN, infinities and out-of-range values are what this mach
 
 import argparse
 import contextlib
+import difflib
 import math
 import pathlib
 import platform
@@ -356,6 +357,8 @@ def main():
     new = replaced(text, tables)
     if args.check:
         if new != text:
+            sys.stderr.writelines(difflib.unified_diff(
+                text.splitlines(True), new.splitlines(True), "docs/dtypes.md", "generated"))
             print(f"dtype_tables.py: {DOC} is out of date: run docs/tools/dtype_tables.py "
                   "--write", file=sys.stderr)
             return 1
