@@ -158,7 +158,27 @@ dtype scalar_result(dtype t, scalar s) {
   return t;
 }
 
+// The kind of a dtype, in the order in-place ops may not climb: bool, integer, floating.
+int kind_rank(dtype t) {
+  if (t == dtype::boolean) {
+    return 0;
+  }
+  return is_floating(t) ? 2 : 1;
+}
+
 dtype written(binary_op op, dtype c) { return writes_bool(op) ? dtype::boolean : c; }
+
+// The kernel's op for `op` on dtype `t`: the maximum and minimum of bools are logical or and
+// and (as NumPy and PyTorch), which the kernels have; they have no bool maximum.
+binary_op kernel_op(binary_op op, dtype t) {
+  if (t == dtype::boolean && op == binary_op::maximum) {
+    return binary_op::logical_or;
+  }
+  if (t == dtype::boolean && op == binary_op::minimum) {
+    return binary_op::logical_and;
+  }
+  return op;
+}
 
 }  // namespace
 
@@ -169,9 +189,21 @@ void issue_in_place(const char* op, binary_op kind, const tensor& a, const tenso
                           a.shape().to_string() + " of the tensor updated in place");
   }
   const dtype t = compute_dtype(op, kind, promote_types(a.dtype(), b.dtype()));
-  if (t != a.dtype()) {
+  if (kind_rank(t) > kind_rank(a.dtype())) {
     throw_invalid(op, "the result's dtype " + std::string(name(t)) + " cannot be stored in the " +
                           std::string(name(a.dtype())) + " tensor updated in place");
+  }
+  if (t != a.dtype()) {
+    // A wider dtype of the same kind (float16 += float32, int32 += int64): computed in it and
+    // rounded once into `a`, as PyTorch does.
+    const tensor r = binary(op, kind, a, b);
+    const kernel_table& k = kernels_checked(op, a.device(), a.dtype());
+    const auto& sr = r.storage();
+    const auto& sa = a.storage();
+    issue(op, {sr}, {sa}, [k = &k, t, to = a.dtype(), pr = sr.get(), pa = sa.get(), n = a.numel()] {
+      k->cast(t, pr->raw(), to, pa->raw(), n);
+    });
+    return;
   }
   check_device_broadcast(op, a.device(), a.shape() == b.shape(), a.shape());
   const kernel_table& k = kernels_checked(op, a.device(), t);
@@ -232,6 +264,7 @@ tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) 
   const bool same_shape = a.shape() == b.shape();
   check_device_broadcast(op, a.device(), same_shape, out_shape);
   const dtype t = compute_dtype(op, kind, promote_types(a.dtype(), b.dtype()));
+  kind = kernel_op(kind, t);
   const kernel_table& k = kernels_checked(op, a.device(), t);
   const tensor x = cast_to(a, t, op);
   const tensor y = cast_to(b, t, op);
@@ -255,6 +288,7 @@ tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) 
 tensor scalar_op(binary_op kind, const tensor& a, scalar s, bool scalar_left, const char* op) {
   checked(a, op);
   const dtype t = compute_dtype(op, kind, scalar_result(a.dtype(), s));
+  kind = kernel_op(kind, t);
   const kernel_table& k = kernels_checked(op, a.device(), t);
   const scalar_arg arg = scalar_for(op, s, t);
   const tensor x = cast_to(a, t, op);

@@ -99,6 +99,38 @@ TEST_SUITE("ops_dtypes") {
     check_rejected([&] { return i32 + (std::int64_t{1} << 40); });
   }
 
+  TEST_CASE("a C++ scalar's result dtype, for every tensor dtype and scalar kind") {
+    // The weak-scalar table of docs/dtypes.md: tensor + true, tensor + 2, tensor * 2.5.
+    struct row {
+      dtype tensor_dtype, with_bool, with_int, with_float;
+    };
+    const row rows[] = {
+        {dtype::boolean, dtype::boolean, dtype::int64, dtype::float32},
+        {dtype::int32, dtype::int32, dtype::int32, dtype::float32},
+        {dtype::int64, dtype::int64, dtype::int64, dtype::float32},
+        {dtype::float16, dtype::float16, dtype::float16, dtype::float16},
+        {dtype::bfloat16, dtype::bfloat16, dtype::bfloat16, dtype::bfloat16},
+        {dtype::float32, dtype::float32, dtype::float32, dtype::float32},
+        {dtype::float64, dtype::float64, dtype::float64, dtype::float64},
+    };
+    for (const row& r : rows) {
+      CAPTURE(name(r.tensor_dtype));
+      const tensor x = ones({2}, r.tensor_dtype);
+      CHECK((x + true).dtype() == r.with_bool);
+      CHECK((x + 2).dtype() == r.with_int);
+      CHECK((x * 2.5).dtype() == r.with_float);
+      CHECK((2.5F * x).dtype() == r.with_float);  // float and double are alike: both weak
+    }
+    CHECK((ones({2}, dtype::int32) + true).to_vector<std::int32_t>() ==
+          std::vector<std::int32_t>{2, 2});
+    CHECK((ones({2}, dtype::boolean) + 2).to_vector<std::int64_t>() ==
+          std::vector<std::int64_t>{3, 3});
+    // The scalar is rounded to the tensor's dtype only by the result: float16 computes in
+    // float32, so 1 + 0.0001 is 1.0001 rounded once to float16, 1.
+    CHECK((ones({1}, dtype::float16) + 0.0001).item() == 1.0F);
+    CHECK((ones({1}, dtype::float16) * 70000.0).item() == INFINITY);  // beyond 65504
+  }
+
   TEST_CASE("integers wrap on overflow and divide truly") {
     const tensor big = from_vector(std::vector<std::int32_t>{INT32_MAX, INT32_MIN}, {2});
     CHECK((big + 1).to_vector<std::int32_t>() ==
@@ -108,6 +140,11 @@ TEST_SUITE("ops_dtypes") {
     CHECK(abs(big).to_vector<std::int32_t>() == std::vector<std::int32_t>{INT32_MAX, INT32_MIN});
     const tensor l = from_vector(std::vector<std::int64_t>{INT64_MAX}, {1});
     CHECK((l + l).item<std::int64_t>() == -2);
+    const tensor l3 = from_vector(std::vector<std::int64_t>{3}, {1});
+    CHECK((l3 / l3).dtype() == dtype::float32);  // int64 too: float32, as PyTorch and JAX
+    const tensor t2 = ones({2}, dtype::boolean);
+    CHECK((t2 / t2).dtype() == dtype::float32);
+    CHECK((t2 / t2).to_vector() == std::vector<float>{1.0F, 1.0F});
     const tensor seven = from_vector(std::vector<std::int32_t>{7, -7}, {2});
     const tensor q = seven / from_vector(std::vector<std::int32_t>{2, 0}, {2});
     CHECK(q.dtype() == dtype::float32);
@@ -135,7 +172,7 @@ TEST_SUITE("ops_dtypes") {
           std::vector<bool>{true, false});
   }
 
-  TEST_CASE("in-place ops keep the left dtype and refuse what does not fit it") {
+  TEST_CASE("in-place ops keep the left dtype and refuse a result of a higher kind") {
     tensor i = from_vector(std::vector<std::int32_t>{1, 2}, {2});
     i += 3;
     i *= from_vector(std::vector<std::int32_t>{2, 2}, {2});
@@ -151,6 +188,25 @@ TEST_SUITE("ops_dtypes") {
     CHECK(f.dtype() == dtype::float16);
     tensor b = ones({2}, dtype::boolean);
     check_rejected([&] { b += 1; });  // bool + int is int64
+    const tensor i2 = ones({2}, dtype::int32);
+    check_rejected([&] { b += i2; });
+    check_rejected([&] { i /= i2; });  // true division is float32
+    // A wider dtype of the same kind is computed in it and stored rounded, as PyTorch does.
+    tensor h = ones({2}, dtype::float16);
+    h += from_vector({0x1p-11F + 0x1p-20F, 0.25F}, {2});  // float32: rounds once, up
+    CHECK(h.dtype() == dtype::float16);
+    CHECK(h.to_vector<double>() == std::vector<double>{1.0 + 0x1p-10, 1.25});
+    tensor bf = ones({1}, dtype::bfloat16);
+    bf *= full({1}, 3.0, dtype::float16);  // bfloat16 with float16 is float32
+    CHECK(bf.dtype() == dtype::bfloat16);
+    CHECK(bf.item() == 3.0F);
+    tensor j = from_vector(std::vector<std::int32_t>{INT32_MAX, 5}, {2});
+    j += from_vector(std::vector<std::int64_t>{1, (1LL << 32) + 1}, {2});  // wraps into int32
+    CHECK(j.dtype() == dtype::int32);
+    CHECK(j.to_vector<std::int32_t>() == std::vector<std::int32_t>{INT32_MIN, 6});
+    tensor g = zeros({2, 2}, dtype::float16);
+    g -= from_vector({1.0F, 2.0F}, {2});  // broadcast into g
+    CHECK(g.to_vector() == std::vector<float>{-1.0F, -2.0F, -1.0F, -2.0F});
   }
 
   TEST_CASE("comparisons, where, maximum, minimum and clamp on every dtype") {
@@ -176,6 +232,14 @@ TEST_SUITE("ops_dtypes") {
     const tensor w = where(cond, ints, from_vector({0.5F}, {1}));  // [2, 3], float32
     CHECK(w.shape() == shape{2, 3});
     CHECK(w.to_vector() == std::vector<float>{-5, 0, 5, 0.5F, 0.5F, 0.5F});
+    // maximum and minimum of bools are logical or and and, as in NumPy and PyTorch.
+    const tensor p = from_vector(std::vector<bool>{true, false, true, false}, {4});
+    const tensor q = from_vector(std::vector<bool>{true, true, false, false}, {4});
+    CHECK(maximum(p, q).dtype() == dtype::boolean);
+    CHECK(maximum(p, q).to_vector<bool>() == std::vector<bool>{true, true, true, false});
+    CHECK(minimum(p, q).to_vector<bool>() == std::vector<bool>{true, false, false, false});
+    CHECK(maximum(p, from_vector(std::vector<bool>{false}, {1})).to_vector<bool>() ==
+          std::vector<bool>{true, false, true, false});  // broadcast
     const tensor not_bool = ones({4});
     check_rejected([&] { return where(not_bool, x, y); });  // the condition must be bool
     for (dtype t : all) {
@@ -209,10 +273,29 @@ TEST_SUITE("ops_dtypes") {
     CHECK(sum(h).item() == 1.0F);
     // float16 accumulates in float32: 4096 ones sum to 4096, though 2048 + 1 is not a half.
     CHECK(sum(ones({4096}, dtype::float16)).item() == 4096.0F);
+    // bfloat16 too: 4096 ones, though 256 + 1 is not a bfloat16.
+    CHECK(sum(ones({4096}, dtype::bfloat16)).dtype() == dtype::bfloat16);
+    CHECK(sum(ones({4096}, dtype::bfloat16)).item() == 4096.0F);
+    CHECK(sum(ones({4}, dtype::int64)).dtype() == dtype::int64);
+    CHECK(sum(ones({4}, dtype::float64)).dtype() == dtype::float64);
+    CHECK(mean(ones({4}, dtype::int64)).dtype() == dtype::float32);
+    CHECK(mean(b).dtype() == dtype::float32);
+    CHECK(mean(b).item() == doctest::Approx(2.0 / 3.0));
+    CHECK(mean(h).dtype() == dtype::float16);
+    CHECK(argmax(h).dtype() == dtype::int64);
     const tensor n = from_vector({1.0F, NAN, 3.0F, NAN}, {4});
     CHECK(std::isnan(max(n).item()));
     CHECK(argmax(n).item<std::int64_t>() == 1);  // the first NaN
     CHECK(argmin(n).item<std::int64_t>() == 1);
+    CHECK(std::isnan(min(n).item()));
+    const tensor n2 = from_vector({1.0F, NAN, 3.0F, 4.0F, 5.0F, 6.0F}, {2, 3});
+    const auto by_row = max(n2, 1).to_vector();
+    CHECK(std::isnan(by_row[0]));
+    CHECK(by_row[1] == 6.0F);
+    CHECK(argmax(n2, 1).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2});
+    const tensor nh = n.astype(dtype::float16);
+    CHECK(std::isnan(max(nh).item()));
+    CHECK(argmax(nh).item<std::int64_t>() == 1);
     const tensor first = from_vector({2.0F, 7.0F, 7.0F}, {3});
     CHECK(argmax(first).item<std::int64_t>() == 1);  // the first of equal maxima
     const tensor empty = zeros({0});
@@ -249,11 +332,58 @@ TEST_SUITE("ops_dtypes") {
                                                                    : std::vector<double>{0, 1, 2}));
       }
     }
+    // float16/bfloat16 and float64 -> int saturate the same way.
+    const tensor hs = f.astype(dtype::float16);  // 3e9 is +inf as a half
+    CHECK(hs.astype(dtype::int32).to_vector<std::int32_t>() ==
+          std::vector<std::int32_t>{0, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, -2, 2});
+    CHECK(f.astype(dtype::bfloat16).astype(dtype::int64).to_vector<std::int64_t>()[0] == 0);
+    const tensor d =
+        from_vector(std::vector<double>{0x1p63, -0x1p63, 0x1p63 - 1024.0, 1e300, NAN}, {5});
+    CHECK(d.astype(dtype::int64).to_vector<std::int64_t>() ==
+          std::vector<std::int64_t>{INT64_MAX, INT64_MIN, INT64_MAX - 1023, INT64_MAX, 0});
+    CHECK(d.astype(dtype::int32).to_vector<std::int32_t>() ==
+          std::vector<std::int32_t>{INT32_MAX, INT32_MIN, INT32_MAX, INT32_MAX, 0});
+    CHECK(from_vector(std::vector<double>{0x1p31 - 0.5}, {1})
+              .astype(dtype::int32)
+              .item<std::int32_t>() == INT32_MAX);  // truncated toward zero
     CHECK(ones({2}).astype(dtype::float32).storage() != ones({2}).storage());
     CHECK(from_vector({1.5F}, {1}).item<std::int32_t>() == 1);  // item converts as astype
   }
 
+  TEST_CASE("float64 and integers reach float16 and bfloat16 through float32") {
+    // Rounded twice, as PyTorch does: 1 + 2^-11 + 2^-40 is just above the float16 tie between
+    // 1 and 1 + 2^-10; a direct rounding (NumPy) gives 1 + 2^-10, float32 first lands on the
+    // tie and ties-to-even gives 1.
+    const tensor d =
+        from_vector(std::vector<double>{1.0 + 0x1p-11 + 0x1p-40, 1.0 + 0x1p-8 + 0x1p-40}, {2});
+    CHECK(d.astype(dtype::float16).to_vector<double>()[0] == 1.0);
+    CHECK(d.astype(dtype::bfloat16).to_vector<double>()[1] == 1.0);
+    CHECK(from_vector(std::vector<double>{1.0 + 0x1p-11 + 0x1p-20}, {1})
+              .astype(dtype::float16)
+              .item<double>() == 1.0 + 0x1p-10);  // float32 keeps 2^-20: rounded up
+    // 2^24 + 2^16 + 1 is an int32 just above a bfloat16 tie; float32 rounds it onto the tie.
+    const tensor i = from_vector(std::vector<std::int32_t>{(1 << 24) + (1 << 16) + 1}, {1});
+    CHECK(i.astype(dtype::bfloat16).item<double>() == 16777216.0);
+    // Integers to float16: exact up to 2048, then rounded; past 65519 infinity.
+    const tensor ints =
+        from_vector(std::vector<std::int64_t>{2049, 2051, 65519, 65520, -(1LL << 40)}, {5});
+    const auto h = ints.astype(dtype::float16).to_vector<double>();
+    CHECK(h[0] == 2048.0);
+    CHECK(h[1] == 2052.0);
+    CHECK(h[2] == 65504.0);
+    CHECK(h[3] == INFINITY);
+    CHECK(h[4] == -INFINITY);
+    // item<T>() and to_vector<T>() convert as astype.
+    CHECK(d.to_vector<float16_t>()[0].bits == float16_t(1.0F).bits);
+  }
+
   TEST_CASE("printing shows the dtype unless it is float32") {
+    CHECK(printed(from_vector(std::vector<std::int32_t>{-1, 7}, {2})) ==
+          "tensor([-1, 7], shape=[2], dtype=int32)");
+    CHECK(printed(full({2}, 0.1, dtype::float16)) ==
+          "tensor([0.0999756, 0.0999756], shape=[2], dtype=float16)");
+    CHECK(printed(full({1}, 0.1, dtype::float64)) == "tensor([0.1], shape=[1], dtype=float64)");
+    CHECK(printed(full({1}, NAN, dtype::float32)) == "tensor([nan], shape=[1])");
     CHECK(printed(from_vector({1.0F, 2.0F}, {2})) == "tensor([1, 2], shape=[2])");
     CHECK(printed(arange(3)) == "tensor([0, 1, 2], shape=[3], dtype=int64)");
     CHECK(printed(from_vector(std::vector<bool>{true, false}, {2})) ==

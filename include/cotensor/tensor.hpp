@@ -137,9 +137,11 @@ public:
 
   /// In place: adds `rhs` (same shape, or broadcastable to this shape) to this buffer. A write
   /// access: it waits for earlier reads and writes of this buffer and later ones wait for it.
-  /// The result keeps this tensor's dtype: `std::invalid_argument` at the call, with nothing
-  /// enqueued, when the promoted dtype of the operation would not fit it (as PyTorch: an
-  /// int32 tensor `+=` a float32 one, or `/=` anything).
+  /// The result keeps this tensor's dtype: one of a wider dtype of the same kind is computed
+  /// in it and rounded into this one (`float16 += float32`, `int32 += int64`, which wraps);
+  /// `std::invalid_argument` at the call, with nothing enqueued, when the result is of a higher
+  /// kind (bool < integer < floating), as PyTorch: an int32 tensor `+=` a float32 one, or `/=`
+  /// anything; a bool tensor `+=` an int32 one.
   tensor& operator+=(const tensor& rhs);
   /// In place: adds the scalar `rhs` to every element (weak: `int32 += 2` stays int32; a
   /// float scalar on an integer tensor does not fit and throws).
