@@ -10,7 +10,9 @@
 #include <chrono>
 #include <deque>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
+#include <string>
 
 namespace cotensor {
 
@@ -206,13 +208,8 @@ private:
       ++stats_.batch_rows_log2[bucket];
     }
     try {
-      std::vector<float> x;
-      x.reserve(rows * in_width_);
-      for (const auto& e : b) {
-        x.insert(x.end(), e->rows().begin(), e->rows().end());
-      }
       const auto r = static_cast<std::int64_t>(rows);
-      tensor y = fn_(from_vector(std::move(x), {r, static_cast<std::int64_t>(in_width_)}));
+      tensor y = fn_(batch_input(b, r));
       if (!(y.shape() == shape{r, static_cast<std::int64_t>(out_width_)})) {
         throw std::invalid_argument("batcher: the batch function returned a tensor of the wrong "
                                     "shape");
@@ -227,6 +224,36 @@ private:
       // Not batch_ended() here: we may be inside enqueue's caller chain; post it.
       asio::post(executor_, [self = shared_from_this()] { self->batch_ended(); });
     }
+  }
+
+  // The [rows, in_width] input of batch `b`: the floats gathered on the host when every
+  // submission is floats for a float32 CPU input (the serving path: one copy), else the
+  // submissions' tensors (floats converted) concatenated.
+  tensor batch_input(const batch& b, std::int64_t rows) const {
+    const auto w = static_cast<std::int64_t>(in_width_);
+    const bool floats_only =
+        std::ranges::none_of(b, [](const entry_ptr& e) { return e->wants_tensor(); });
+    const bool plain = options_.in_dtype == dtype::float32 && options_.in_device == device::cpu();
+    if (floats_only && plain) {
+      std::vector<float> x;
+      x.reserve(static_cast<std::size_t>(rows * w));
+      for (const auto& e : b) {
+        x.insert(x.end(), e->rows().begin(), e->rows().end());
+      }
+      return from_vector(std::move(x), {rows, w});
+    }
+    std::vector<tensor> parts;
+    parts.reserve(b.size());
+    for (const auto& e : b) {
+      if (e->wants_tensor()) {
+        parts.push_back(e->tensor_rows());
+      } else {
+        const auto k = static_cast<std::int64_t>(e->count());
+        parts.push_back(
+            from_vector(e->rows(), {k, w}, options_.in_device).astype(options_.in_dtype));
+      }
+    }
+    return parts.size() == 1 ? parts.front() : concat(parts, 0);
   }
 
   // A batch has ended: start what was waiting for it.
@@ -250,20 +277,33 @@ private:
     }
     std::vector<float> all;
     try {
-      all = y.to_vector();  // computed: does not block
+      if (std::ranges::any_of(b, [](const entry_ptr& e) { return !e->wants_tensor(); })) {
+        all = y.to_vector<float>();  // computed: does not block
+      }
     } catch (...) {
       fail(b, std::current_exception());
       return;
     }
     std::size_t offset = 0;
     for (const auto& e : b) {
-      const std::size_t n = e->count() * out_width_;
+      const std::size_t k = e->count();
       if (e->claim()) {
-        e->finish(nullptr,
-                  std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(offset),
-                                     all.begin() + static_cast<std::ptrdiff_t>(offset + n)));
+        detail::batch_output out;
+        std::exception_ptr slice_error;
+        if (e->wants_tensor()) {
+          try {
+            out.rows = slice(y, 0, static_cast<std::int64_t>(offset),
+                             static_cast<std::int64_t>(offset + k));
+          } catch (...) {
+            slice_error = std::current_exception();
+          }
+        } else {
+          const auto first = all.begin() + static_cast<std::ptrdiff_t>(offset * out_width_);
+          out.floats.assign(first, first + static_cast<std::ptrdiff_t>(k * out_width_));
+        }
+        e->finish(std::move(slice_error), std::move(out));
       }
-      offset += n;
+      offset += k;
     }
   }
 
@@ -271,7 +311,7 @@ private:
     std::uint64_t failed = 0;
     for (const auto& e : b) {
       if (e->claim()) {
-        e->finish(error, {});
+        e->finish(error, batch_output{});
         ++failed;
       }
     }
@@ -356,6 +396,32 @@ std::size_t batcher::checked_row_count(std::size_t floats) const {
   const std::size_t count = floats / w;
   if (count > core_->options().max_batch_rows) {
     throw std::invalid_argument("batcher::async_submit: more rows than max_batch_rows");
+  }
+  return count;
+}
+
+std::size_t batcher::checked_rows(const tensor& rows) const {
+  const batcher_options& o = core_->options();
+  const auto fail = [](const std::string& why) {
+    throw std::invalid_argument("batcher::async_submit: " + why);
+  };
+  if (rows.rank() != 2 || rows.shape()[1] != static_cast<std::int64_t>(core_->in_width())) {
+    fail("rows of shape " + rows.shape().to_string() + ", want [k, " +
+         std::to_string(core_->in_width()) + "]");
+  }
+  if (rows.dtype() != o.in_dtype) {
+    fail("rows of dtype " + std::string(name(rows.dtype())) + ", want options().in_dtype " +
+         std::string(name(o.in_dtype)));
+  }
+  if (rows.device() != o.in_device) {
+    std::ostringstream os;
+    os << "rows on " << rows.device() << ", want options().in_device " << o.in_device;
+    fail(os.str());
+  }
+  const auto count = static_cast<std::size_t>(rows.shape()[0]);
+  if (count == 0 || count > o.max_batch_rows) {
+    fail("a row count of " + std::to_string(count) + ", want 1 to max_batch_rows (" +
+         std::to_string(o.max_batch_rows) + ")");
   }
   return count;
 }

@@ -357,4 +357,53 @@ TEST_SUITE("batcher") {
     CHECK(b.stats().rows == n);
     CHECK(b.stats().batches < n);  // some batching happened
   }
+
+  TEST_CASE("rows of int64 token ids batch as tensors, mixed with float submissions" *
+            doctest::timeout(30)) {
+    drained_io_context io;
+    // An embedding lookup: int64 ids in, float16 vectors out.
+    const tensor table = (arange(10, dtype::float32) * 0.5).astype(dtype::float16);
+    batcher b(io.get_executor(), 1, 1,
+              [&](const tensor& ids) {
+                const std::int64_t k = ids.shape()[0];
+                return reshape(index_select(table, 0, reshape(ids, {k})), {k, 1});
+              },
+              {.max_batch_rows = 8, .window = 200ms, .in_dtype = dtype::int64});
+    using tensor_result = std::tuple<std::exception_ptr, tensor>;
+    std::optional<tensor_result> a;
+    std::optional<tensor_result> c;
+    std::optional<result> f;
+    b.async_submit(from_vector(std::vector<std::int64_t>{3, 7}, {2, 1}),
+                   [&](std::exception_ptr e, tensor t) { a.emplace(std::move(e), std::move(t)); });
+    submit(b, {4.0F}, &f);  // floats: converted to int64 for the batch, float32 back
+    b.async_submit(from_vector(std::vector<std::int64_t>{9}, {1, 1}),
+                   [&](std::exception_ptr e, tensor t) { c.emplace(std::move(e), std::move(t)); });
+    REQUIRE(run_until(io, [&] { return a && c && f; }));
+    REQUIRE_FALSE(std::get<0>(*a));
+    REQUIRE_FALSE(std::get<0>(*c));
+    REQUIRE_FALSE(std::get<0>(*f));
+    const tensor& ta = std::get<1>(*a);
+    CHECK(ta.dtype() == dtype::float16);
+    CHECK(ta.shape() == shape{2, 1});
+    CHECK(ta.to_vector<double>() == std::vector<double>{1.5, 3.5});
+    CHECK(std::get<1>(*c).to_vector<double>() == std::vector<double>{4.5});
+    CHECK(std::get<1>(*f) == std::vector<float>{2.0F});
+    CHECK(b.stats().batches == 1);
+    CHECK(b.stats().rows == 4);
+  }
+
+  TEST_CASE("tensor rows of the wrong dtype, shape, count or device throw at the call") {
+    drained_io_context io;
+    batcher b(io.get_executor(), 2, 2, [](const tensor& x) { return x; },
+              {.max_batch_rows = 2, .in_dtype = dtype::int32});
+    const auto ignore = [](std::exception_ptr, tensor) {};
+    CHECK_THROWS_WITH_AS(b.async_submit(zeros({1, 2}, dtype::int64), ignore),
+                         doctest::Contains("int64"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(b.async_submit(zeros({1, 3}, dtype::int32), ignore),
+                         doctest::Contains("[1, 3]"), std::invalid_argument);
+    CHECK_THROWS_AS(b.async_submit(zeros({3, 2}, dtype::int32), ignore), std::invalid_argument);
+    CHECK_THROWS_AS(b.async_submit(zeros({0, 2}, dtype::int32), ignore), std::invalid_argument);
+    CHECK_THROWS_AS(b.async_submit(zeros({2}, dtype::int32), ignore), std::invalid_argument);
+    CHECK(b.stats().submitted == 0);
+  }
 }

@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -60,6 +61,10 @@ struct batcher_options {
   /// as many rows as the last batch had are queued. So under load, the first row back after a
   /// batch does not run alone: it waits for the others (at most a window).
   bool start_when_idle = false;
+  /// The dtype and device of a batch's input tensor. Rows submitted as a `tensor` must have
+  /// them; rows submitted as floats are converted to them (`astype`, `to`).
+  cotensor::dtype in_dtype = cotensor::dtype::float32;
+  cotensor::device in_device = cotensor::device::cpu();
 };
 
 /// What a `batcher` has done so far (a snapshot; counters only grow).
@@ -80,12 +85,21 @@ namespace detail {
 
 class batcher_core;
 
+// What a submission gets back: its output rows as floats or as a tensor, whichever it asked
+// for (the other is empty).
+struct batch_output {
+  std::vector<float> floats;
+  tensor rows;
+};
+
 // One submission waiting for its rows of a batch. Whoever claims it first — the batch's
 // completion or a cancellation — completes its handler; the other does nothing.
 class batch_entry {
 public:
   batch_entry(std::vector<float> rows, std::size_t count) noexcept
       : rows_(std::move(rows)), count_(count) {}
+  batch_entry(tensor rows, std::size_t count) noexcept
+      : tensor_rows_(std::move(rows)), count_(count), wants_tensor_(true) {}
   batch_entry(const batch_entry&) = delete;
   batch_entry& operator=(const batch_entry&) = delete;
   virtual ~batch_entry() = default;
@@ -94,14 +108,20 @@ public:
   bool claim() noexcept { return !claimed_.exchange(true, std::memory_order_acq_rel); }
   bool claimed() const noexcept { return claimed_.load(std::memory_order_acquire); }
   // Posts the handler with these arguments to its executor; only after a successful claim().
-  virtual void finish(std::exception_ptr error, std::vector<float> out) = 0;
+  virtual void finish(std::exception_ptr error, batch_output out) = 0;
 
+  // The rows of a submission of floats (empty for a tensor submission).
   const std::vector<float>& rows() const noexcept { return rows_; }
+  // The rows of a tensor submission (empty for floats).
+  const tensor& tensor_rows() const noexcept { return tensor_rows_; }
+  bool wants_tensor() const noexcept { return wants_tensor_; }
   std::size_t count() const noexcept { return count_; }
 
 private:
   std::vector<float> rows_;
+  tensor tensor_rows_;
   std::size_t count_;
+  bool wants_tensor_ = false;
   // false: pending; true: completion or cancellation has taken the handler.
   std::atomic<bool> claimed_{false};
 };
@@ -113,12 +133,13 @@ void batcher_enqueue(const std::shared_ptr<batcher_core>& core,
 void batcher_forget(const std::shared_ptr<batcher_core>& core, const batch_entry& entry);
 asio::any_io_executor batcher_executor(const batcher_core& core) noexcept;
 
-template <class Handler>
+// `Rows` is what the handler takes: std::vector<float> or tensor.
+template <class Handler, class Rows>
 class batch_entry_impl final : public batch_entry {
 public:
   batch_entry_impl(Handler handler,
                    const asio::any_io_executor& fallback,
-                   std::vector<float> rows,
+                   Rows rows,
                    std::size_t count)
       : batch_entry(std::move(rows), count), handler_(std::move(handler)),
         work_(asio::prefer(asio::any_io_executor(asio::get_associated_executor(handler_, fallback)),
@@ -126,12 +147,18 @@ public:
 
   Handler& handler() noexcept { return handler_; }
 
-  void finish(std::exception_ptr error, std::vector<float> out) override {
+  void finish(std::exception_ptr error, batch_output out) override {
     auto work = std::move(work_);
+    Rows rows;
+    if constexpr (std::is_same_v<Rows, tensor>) {
+      rows = std::move(out.rows);
+    } else {
+      rows = std::move(out.floats);
+    }
     // Post, never dispatch: we may be inside the initiating call or on a backend thread.
     asio::post(work, [handler = std::move(handler_), work, error = std::move(error),
-                      out = std::move(out)]() mutable {
-      std::move(handler)(std::move(error), std::move(out));
+                      rows = std::move(rows)]() mutable {
+      std::move(handler)(std::move(error), std::move(rows));
     });
   }
 
@@ -221,19 +248,25 @@ public:
   template <class Token>
   auto async_submit(std::vector<float> rows, Token&& token) {
     const std::size_t count = checked_row_count(rows.size());
-    return asio::async_initiate<Token, void(std::exception_ptr, std::vector<float>)>(
-        [](auto handler, std::shared_ptr<detail::batcher_core> core, std::vector<float> r,
-           std::size_t k) {
-          using handler_type = std::decay_t<decltype(handler)>;
-          auto entry = std::make_shared<detail::batch_entry_impl<handler_type>>(
-              std::move(handler), detail::batcher_executor(*core), std::move(r), k);
-          auto slot = asio::get_associated_cancellation_slot(entry->handler());
-          if (slot.is_connected()) {
-            slot.template emplace<detail::batch_cancel_handler>(entry, core);
-          }
-          detail::batcher_enqueue(core, entry);
-        },
-        token, core_, std::move(rows), count);
+    return initiate<std::vector<float>>(std::move(rows), count, std::forward<Token>(token));
+  }
+
+  /// Submits `rows`, a `[k, in_width()]` tensor of `options().in_dtype` on
+  /// `options().in_device` (`1 <= k <= max_batch_rows`), and waits for the `[k, out_width()]`
+  /// rows of the output, as a tensor of the batch function's dtype on its device. The rows
+  /// of every dtype take this form; a batch may mix it with submissions of floats.
+  ///
+  /// Completion: `void(std::exception_ptr, tensor)`: null and the output rows (a copy of the
+  /// batch output's rows, issued when the batch output is computed: waiting for it costs that
+  /// copy), or an error and an empty tensor. Where the handler runs, errors, cancellation and
+  /// thread safety: as the float form above. Throws `std::invalid_argument` at the call, with
+  /// nothing queued, for rows of the wrong rank, width, row count, dtype or device.
+  ///
+  /// (A template only so that `async_submit({...}, token)` keeps meaning floats.)
+  template <std::same_as<tensor> Rows, class Token>
+  auto async_submit(Rows rows, Token&& token) {
+    const std::size_t count = checked_rows(rows);
+    return initiate<tensor>(std::move(rows), count, std::forward<Token>(token));
   }
 
   /// Stops taking work: later submissions complete with `batcher_errc::closed`; rows already
@@ -251,7 +284,24 @@ public:
   const batcher_options& options() const noexcept;
 
 private:
+  template <class Rows, class Token>
+  auto initiate(Rows rows, std::size_t count, Token&& token) {
+    return asio::async_initiate<Token, void(std::exception_ptr, Rows)>(
+        [](auto handler, std::shared_ptr<detail::batcher_core> core, Rows r, std::size_t k) {
+          using handler_type = std::decay_t<decltype(handler)>;
+          auto entry = std::make_shared<detail::batch_entry_impl<handler_type, Rows>>(
+              std::move(handler), detail::batcher_executor(*core), std::move(r), k);
+          auto slot = asio::get_associated_cancellation_slot(entry->handler());
+          if (slot.is_connected()) {
+            slot.template emplace<detail::batch_cancel_handler>(entry, core);
+          }
+          detail::batcher_enqueue(core, entry);
+        },
+        token, core_, std::move(rows), count);
+  }
+
   std::size_t checked_row_count(std::size_t floats) const;
+  std::size_t checked_rows(const tensor& rows) const;
 
   std::shared_ptr<detail::batcher_core> core_;
 };
