@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <iterator>
 #include <utility>
 
 namespace cotensor::detail::cuda {
@@ -112,7 +113,7 @@ void event_poller::end(watched& w, bool ok) noexcept {
   w.done(ok ? std::move(error) : device_error());
 }
 
-std::size_t event_poller::poll_once(std::vector<lane>& lanes) noexcept {
+std::size_t event_poller::poll_once(std::deque<lane>& lanes) noexcept {
   polls_.fetch_add(1, std::memory_order_relaxed);
   std::size_t ended = 0;
   for (lane& l : lanes) {
@@ -143,7 +144,9 @@ void event_poller::run() noexcept {
   (void)prctl(PR_SET_TIMERSLACK, timer_slack_ns);  // this thread's; best effort
 #endif
   source_.bind_thread();
-  std::vector<lane> lanes;  // this thread's own; a lane stays once made (a device has few)
+  // This thread's own; a lane stays once made (a device has few streams). A deque: its
+  // elements never move (a deque of move-only events has no noexcept move).
+  std::deque<lane> lanes;
   std::size_t pending = 0;
   using clock = std::chrono::steady_clock;
   auto progress = clock::now();  // the last event watched or ended
@@ -160,7 +163,8 @@ void event_poller::run() noexcept {
           auto it = std::find_if(lanes.begin(), lanes.end(),
                                  [&](const lane& l) { return l.stream == w.stream; });
           if (it == lanes.end()) {
-            it = lanes.insert(lanes.end(), lane{w.stream, {}});
+            lanes.push_back(lane{w.stream, {}});
+            it = std::prev(lanes.end());
           }
           it->events.push_back(std::move(w));
           incoming_.pop_front();

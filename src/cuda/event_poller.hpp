@@ -21,7 +21,6 @@
 #include <string>
 #include <system_error>
 #include <thread>
-#include <vector>
 
 namespace cotensor::detail::cuda {
 
@@ -147,7 +146,7 @@ private:
   // Queries the oldest event of each stream's lane (and every unordered one) once, ending those
   // that completed or failed (and, in a stream, the ones after them that completed too). Returns
   // how many ended.
-  std::size_t poll_once(std::vector<lane>& lanes) noexcept;
+  std::size_t poll_once(std::deque<lane>& lanes) noexcept;
   // Ends `w` (its event completed, or failed when `ok` is false and the device failed).
   void end(watched& w, bool ok) noexcept;
   void fail_device(const std::error_code& ec) noexcept;
