@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <ostream>
 #include <string>
 #include <system_error>
 

@@ -28,7 +28,7 @@
 # Environment: STEPS (default "tests memcheck racecheck examples bench"; the preflight always
 # runs), RUN_BUDGET (s, 570: the run ends within it; each step's timeout is cut to what is left
 # and a step with under 15 s left is not started, and fails), ROUNDS (3), STEP_TIMEOUT (s, 300),
-# SANITIZER_TIMEOUT (s, 500), SANITIZER_ARGS (extra compute-sanitizer options),
+# SANITIZER_TIMEOUT (s, 480), SANITIZER_ARGS (extra compute-sanitizer options),
 # SANITIZER_TEST_ARGS (extra doctest options under the sanitizers, e.g.
 # "--test-suite-exclude=cuda.random"), API_ERROR_CASES (doctest filter, "*cannot be had*"),
 # BENCH_ARGS (for cotensor_bench_gpu, e.g. "--repeat 11"), CHAPTER_ARGS (for chapter.py), PYTHON
@@ -74,7 +74,7 @@ done
 budget=${RUN_BUDGET:-570}
 rounds=${ROUNDS:-3}
 step_timeout=${STEP_TIMEOUT:-300}
-sanitizer_timeout=${SANITIZER_TIMEOUT:-500}
+sanitizer_timeout=${SANITIZER_TIMEOUT:-480}
 api_error_cases=${API_ERROR_CASES:-*cannot be had*}
 python=${PYTHON:-python3}
 bin=${BIN_DIR:-$bundle/bin}
@@ -395,7 +395,7 @@ for tool in memcheck racecheck; do
       "${sanitizer_args[@]}" "$bin/cotensor_cuda_tests" "--test-case-exclude=$api_error_cases" \
       "${sanitizer_test_args[@]}"
     # The cases whose CUDA calls fail on purpose: the sanitizer would count each as an error.
-    judge=judge_sanitizer run_step "$tool: cases with API errors on purpose" 120 "${ours[@]}" \
+    judge=judge_sanitizer run_step "$tool: cases with API errors on purpose" 60 "${ours[@]}" \
       COTENSOR_REQUIRE_GPU=1 "$sanitizer" --tool "$tool" --error-exitcode 1 \
       --report-api-errors no "${sanitizer_args[@]}" "$bin/cotensor_cuda_tests" \
       "--test-case=$api_error_cases"
