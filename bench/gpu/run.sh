@@ -218,16 +218,40 @@ sys.exit(1)
 EOF
 }
 
-# The version in a library's file name (libcublas.so.13 -> libcublas.so.13.1.0.3), if any.
+# lib_version cublas|nccl PATH: the library's version as it reports it (cublasGetProperty,
+# ncclGetVersion, through python's ctypes: no GPU needed), else from its file name
+# (libcublas.so.13.1.0.3).
 lib_version() {
-  local real base
-  real=$(readlink -f "$1")
-  base=$(basename "$real")
-  if [[ $base == "$(basename "$1")".* ]]; then
-    echo "${base#*.so.}"
-  else
-    echo "${base#*.so.} (no fuller version in the file name)"
+  local v real
+  if command -v "$python" >/dev/null; then
+    v=$("$python" - "$1" "$2" 2>/dev/null <<'EOF'
+import ctypes, sys
+
+kind, path = sys.argv[1], sys.argv[2]
+lib = ctypes.CDLL(path)
+if kind == "cublas":
+    parts = []
+    for prop in (0, 1, 2):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+        value = ctypes.c_int()
+        if lib.cublasGetProperty(prop, ctypes.byref(value)) != 0:
+            sys.exit(1)
+        parts.append(str(value.value))
+    print(".".join(parts))
+else:
+    code = ctypes.c_int()
+    if lib.ncclGetVersion(ctypes.byref(code)) != 0:
+        sys.exit(1)
+    c = code.value
+    print(f"{c // 10000}.{c % 10000 // 100}.{c % 100}" if c >= 10000 else
+          f"{c // 1000}.{c % 1000 // 100}.{c % 100}")
+EOF
+    ) && [[ -n $v ]] && {
+      echo "$v"
+      return 0
+    }
   fi
+  real=$(basename "$(readlink -f "$2")")
+  echo "${real#*.so.} (from the file name)"
 }
 
 find_sanitizer() {
@@ -314,7 +338,7 @@ built_cuda=$(sed -n 's/^build: .*CUDA \([^,]*\),.*/\1/p' "$bundle/BUNDLE_INFO.tx
 log "# CUDA runtime: ${built_cuda:-the build toolkit version} (linked statically into libcotensor)"
 
 if cublas_dir=$(find_lib libcublas.so.13 libcublasLt.so.13 "${CUBLAS_DIR:-}"); then
-  log "# cuBLAS: $(lib_version "$cublas_dir/libcublas.so.13") in $cublas_dir" \
+  log "# cuBLAS: $(lib_version cublas "$cublas_dir/libcublas.so.13") in $cublas_dir" \
     "(CUBLAS_DIR for our programs)"
   ours+=("CUBLAS_DIR=$cublas_dir")
 else
@@ -325,7 +349,7 @@ else
   missing+=("cuBLAS 13 (CUBLAS_DIR)")
 fi
 if nccl_dir=$(find_lib libnccl.so.2 libnccl.so.2 "${NCCL_DIR:-}"); then
-  log "# NCCL: $(lib_version "$nccl_dir/libnccl.so.2") in $nccl_dir"
+  log "# NCCL: $(lib_version nccl "$nccl_dir/libnccl.so.2") in $nccl_dir"
 else
   log "# NCCL: libnccl.so.2 not found (not needed here: the bundle is built without MPI and" \
     "makes no collective)"
