@@ -158,18 +158,21 @@ memory_state& memory_of(int index) {
 // bytes unused; with `after_queued_frees`, once the frees queued so far are done (a host wait:
 // at shutdown only). Never throws: trimming only returns memory.
 void trim_pool(int index, std::uint64_t keep_idle, bool after_queued_frees) noexcept {
+  // Best effort, and quiet: a failure only leaves memory in the pool, and at exit CUDA may be
+  // unloading already (cudaErrorCudartUnloading).
   try {
     memory_state& m = memory_of(index);
     const device_guard on_device(index);
     if (after_queued_frees) {
-      COTENSOR_CUDA_LOG(cudaStreamSynchronize(m.free_stream));
+      (void)cudaStreamSynchronize(m.free_stream);  // the frees queued so far reach the pool
     }
     std::uint64_t used = 0;
     if (keep_idle != 0) {
-      COTENSOR_CUDA_LOG(cudaMemPoolGetAttribute(m.pool, cudaMemPoolAttrUsedMemCurrent, &used));
+      (void)cudaMemPoolGetAttribute(m.pool, cudaMemPoolAttrUsedMemCurrent, &used);
     }
     // Keeps `used + keep_idle` bytes reserved at least: what buffers hold plus the idle limit.
-    COTENSOR_CUDA_LOG(cudaMemPoolTrimTo(m.pool, static_cast<std::size_t>(used + keep_idle)));
+    (void)cudaMemPoolTrimTo(m.pool, static_cast<std::size_t>(used + keep_idle));
+    (void)cudaGetLastError();
   } catch (...) {
     // The pool could not be set up: it holds nothing.
   }
