@@ -18,7 +18,8 @@
 #
 # Environment: BUNDLE_BUILD_DIR (build/gpu-bundle, under the git-ignored build/), CUDA_HOME
 # (/usr/local/cuda), CHAPTER_PY (the workspace's shared/peers/chapter.py), JOBS (nproc),
-# BUNDLE_MAX_MIB (40), CMAKE_LAUNCHER (e.g. ccache: the compiler launcher).
+# BUNDLE_MAX_MIB (40), GZIP_OVER_MIB (4: larger libraries travel gzipped, and run.sh unpacks
+# them), CMAKE_LAUNCHER (e.g. ccache: the compiler launcher).
 set -euo pipefail
 
 if [[ $# -ne 1 || $1 == -h || $1 == --help ]]; then
@@ -155,6 +156,17 @@ for f in "$out"/lib/*.so*; do
 done
 rpath_note="RUNPATH set at link time: bin/ \$ORIGIN/../lib, lib/ \$ORIGIN; stripped"
 
+# The libraries of more than GZIP_OVER_MIB (4) travel gzipped (OpenBLAS: 35 MiB, 10 MiB so);
+# run.sh unpacks them in place, once, before anything runs.
+unpacked_bytes=$(du -sb "$out" | cut -f1)
+gzip_over=$((${GZIP_OVER_MIB:-4} * 1048576))
+packed=()
+for f in "$out"/lib/*.so* "$out"/lib/stdcxx/*; do
+  [[ -f $f && $(stat -c %s "$f") -gt $gzip_over ]] || continue
+  gzip -6 -n "$f"
+  packed+=("${f#"$out"/}")
+done
+
 # What the GPU machine must provide: glibc and GLIBCXX versions, for run.sh's checks.
 max_version() {
   { grep -aoh "$1[0-9.]*[0-9]" "${@:2}" 2>/dev/null || true; } | sort -uV | tail -n1
@@ -189,6 +201,8 @@ nvcc_version=$( ("$cuda_home/bin/nvcc" --version 2>/dev/null || true) |
   echo "needs on the GPU machine: ${nvidia_needed[*]:-no NVIDIA library}," \
     "glibc >= ${need_glibc#GLIBC_}"
   echo "$rpath_note"
+  echo "gzipped (run.sh unpacks them): ${packed[*]:-none};" \
+    "unpacked $(awk -v b="$unpacked_bytes" 'BEGIN { printf "%.1f", b / 1048576 }') MiB"
   echo
   (cd "$out" && find . -type f ! -name "$marker" ! -name BUNDLE_INFO.txt -printf '%10s  %p\n' |
     sort -k2)

@@ -91,6 +91,20 @@ if [[ ! -x $bin/cotensor_bench_gpu ]]; then
     "bundle made by bench/gpu/bundle.sh OUTDIR (or set BIN_DIR)" >&2
   exit 2
 fi
+# The libraries that travel gzipped (bundle.sh: OpenBLAS) are unpacked in place, once.
+for gz in "$bundle"/lib/*.gz "$bundle"/lib/stdcxx/*.gz; do
+  [[ -e $gz && ! -e ${gz%.gz} ]] || continue
+  if command -v gzip >/dev/null; then
+    gzip -dc "$gz" >"${gz%.gz}.part" && mv "${gz%.gz}.part" "${gz%.gz}"
+  else
+    "$python" -c 'import gzip, shutil, sys
+with gzip.open(sys.argv[1]) as i, open(sys.argv[2], "wb") as o: shutil.copyfileobj(i, o)' \
+      "$gz" "${gz%.gz}.part" && mv "${gz%.gz}.part" "${gz%.gz}"
+  fi || {
+    echo "run.sh: cannot unpack $gz next to it (the bundle's folder must be writable)" >&2
+    exit 2
+  }
+done
 mkdir -p "$(dirname "$results")"
 : >"$results" || exit 2
 step_log=$(mktemp "${TMPDIR:-/tmp}/cotensor-step.XXXXXX") || exit 2
