@@ -153,10 +153,15 @@ run_step() {
 }
 
 # Judges: run by run_step (set `judge` around it) on $step_log; set last_rc to 1 to fail it.
-# A sanitizer step passes only on compute-sanitizer's own verdict: "ERROR SUMMARY: 0 errors".
+# A sanitizer step passes only on compute-sanitizer's own verdict: "ERROR SUMMARY: 0 errors"
+# (racecheck may sum up as "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)").
 judge_sanitizer() {
   local summary
   summary=$(grep -a -m1 -o 'ERROR SUMMARY: [0-9]* error' "$step_log")
+  if [[ -z $summary ]]; then
+    summary=$(grep -a -m1 -o 'RACECHECK SUMMARY: .*' "$step_log" |
+      sed -n 's/.*(\([0-9]*\) error.*/ERROR SUMMARY: \1 error/p')
+  fi
   if [[ -z $summary ]]; then
     log "==== [$1] FAILED: no ERROR SUMMARY line from compute-sanitizer"
     last_rc=1
