@@ -343,7 +343,7 @@ TEST_SUITE("event_poller") {
     CHECK_FALSE(source.misused());
   }
 
-  TEST_CASE("of one stream's events only the oldest pending one is queried; streams are apart" *
+  TEST_CASE("of one stream's events only the oldest pending one is queried, each stream apart" *
             doctest::timeout(20)) {
     fake_events source;
     cuda::event_poller poller(source, "cuda:0");
