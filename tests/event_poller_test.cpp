@@ -21,6 +21,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
 // The GPU completion path without a GPU: ops whose work "launches" and records an event, ended
 // by the event poller when a fake event source says the event completed or the device failed.
 
@@ -37,6 +41,7 @@ class fake_events final : public cuda::event_source {
 public:
   struct event {
     std::atomic<cuda::event_state> state{cuda::event_state::pending};
+    std::atomic<int> queries{0};  // how often the poller asked about this one
   };
 
   event* make() {
@@ -46,6 +51,7 @@ public:
 
   cuda::event_state query(void* e, std::error_code& ec) noexcept override {
     queries_.fetch_add(1);
+    static_cast<event*>(e)->queries.fetch_add(1);
     std::lock_guard lock(mutex_);
     if (released_.count(e) != 0) {
       misuse_ = true;
@@ -74,6 +80,14 @@ public:
   }
   std::uint64_t queries() const { return queries_.load(); }
 
+  void bind_thread() noexcept override {
+#if defined(__linux__)
+    timer_slack_ns_ = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+#endif
+  }
+  /// The poller thread's timer slack in ns, as it was when the poller started (-1: unknown).
+  long timer_slack_ns() const { return timer_slack_ns_.load(); }
+
   void passed(std::uint64_t position, bool ok) noexcept override {
     std::lock_guard lock(mutex_);
     passed_.emplace_back(position, ok);
@@ -89,6 +103,7 @@ private:
   std::set<void*> released_;
   bool misuse_ = false;
   std::atomic<std::uint64_t> queries_{0};
+  std::atomic<long> timer_slack_ns_{-1};
   std::vector<std::pair<std::uint64_t, bool>> passed_;
 };
 
@@ -117,12 +132,13 @@ void launch(cuda::event_poller& poller,
             float value,
             std::atomic<int>* launched = nullptr,
             std::uint64_t position = 0,
-            cuda::after_event after = {}) {
+            cuda::after_event after = {},
+            const void* stream = nullptr) {
   auto op = detail::make_op("gpu_op", {}, {out.storage()});
   op->kernel.emplace_async([&poller, event, s = out.storage().get(), value, launched, position,
-                            after](detail::op_completion done) {
+                            after, stream](detail::op_completion done) {
     std::fill(s->data(), s->data() + s->numel(), value);
-    poller.watch(event, std::move(done), position, after);
+    poller.watch(event, std::move(done), position, after, stream);
     if (launched != nullptr) {
       ++*launched;
     }
@@ -326,4 +342,94 @@ TEST_SUITE("event_poller") {
     poller.shutdown();
     CHECK_FALSE(source.misused());
   }
+
+  TEST_CASE("of one stream's events only the oldest pending one is queried, each stream apart" *
+            doctest::timeout(20)) {
+    fake_events source;
+    cuda::event_poller poller(source, "cuda:0");
+    int stream_a = 0;  // two streams, named by any address
+    int stream_b = 0;
+    std::vector<tensor> outs;
+    std::vector<fake_events::event*> events;
+    std::atomic<int> launched{0};
+    for (int i = 0; i < 4; ++i) {
+      outs.push_back(zeros({1}));
+      events.push_back(source.make());
+      // Three ops in order on stream a (positions 1, 2, 3), the fourth on stream b.
+      launch(poller, events.back(), outs.back(), static_cast<float>(i + 1), &launched,
+             i < 3 ? static_cast<std::uint64_t>(i + 1) : 0, {}, i < 3 ? &stream_a : &stream_b);
+    }
+    while (launched.load() < 4) {
+      std::this_thread::sleep_for(1ms);
+    }
+    std::this_thread::sleep_for(20ms);
+    CHECK(events[0]->queries > 0);
+    CHECK(events[1]->queries == 0);  // behind a pending event of its stream
+    CHECK(events[2]->queries == 0);
+    CHECK(events[3]->queries > 0);  // the oldest of its own stream
+    // Stream b's op ends while stream a's are pending.
+    events[3]->state = cuda::event_state::complete;
+    CHECK(outs[3].item() == 4.0F);
+    CHECK(source.passed_positions().empty());
+    // Stream a's events complete in order, as a stream's do; its ops end in that order.
+    events[0]->state = cuda::event_state::complete;
+    CHECK(outs[0].item() == 1.0F);
+    std::this_thread::sleep_for(10ms);
+    CHECK(events[1]->queries > 0);  // now the oldest pending one
+    CHECK(events[2]->queries == 0);
+    events[1]->state = cuda::event_state::complete;
+    events[2]->state = cuda::event_state::complete;
+    wait_all();
+    CHECK(source.passed_positions() ==
+          std::vector<std::pair<std::uint64_t, bool>>{{1, true}, {2, true}, {3, true}});
+    poller.shutdown();
+    CHECK(source.released() == 4);
+    CHECK_FALSE(source.misused());
+  }
+
+  TEST_CASE("a failed event fails the pending events of every stream, queried or not" *
+            doctest::timeout(20)) {
+    fake_events source;
+    cuda::event_poller poller(source, "cuda:0");
+    int stream = 0;
+    auto a = zeros({1});
+    auto b = zeros({1});
+    auto c = zeros({1});
+    auto* ea = source.make();
+    auto* eb = source.make();
+    auto* ec = source.make();
+    std::atomic<int> launched{0};
+    launch(poller, ea, a, 1.0F, &launched, 1, {}, &stream);
+    launch(poller, eb, b, 2.0F, &launched, 2, {}, &stream);
+    launch(poller, ec, c, 3.0F, &launched, 0, {}, nullptr);
+    while (launched.load() < 3) {
+      std::this_thread::sleep_for(1ms);
+    }
+    std::this_thread::sleep_for(10ms);
+    ec->state = cuda::event_state::failed;
+    CHECK_THROWS_AS(a.wait(), std::system_error);
+    CHECK_THROWS_AS(b.wait(), std::system_error);
+    CHECK_THROWS_AS(c.wait(), std::system_error);
+    CHECK(eb->queries == 0);  // never queried: failed with its device
+    CHECK(source.passed_positions() ==
+          std::vector<std::pair<std::uint64_t, bool>>{{1, false}, {2, false}});
+    wait_all();
+    poller.shutdown();
+    CHECK(source.released() == 3);
+    CHECK_FALSE(source.misused());
+  }
+
+#if defined(__linux__)
+  TEST_CASE("the poller's thread sleeps with a timer slack of 1 µs" * doctest::timeout(20)) {
+    fake_events source;
+    cuda::event_poller poller(source, "cuda:0");
+    auto a = zeros({1});
+    auto* e = source.make();
+    launch(poller, e, a, 1.0F);  // the thread has started once the op ends
+    e->state = cuda::event_state::complete;
+    a.wait();
+    CHECK(source.timer_slack_ns() == 1000);
+    poller.shutdown();
+  }
+#endif
 }

@@ -8,12 +8,18 @@
 # OUTDIR gets bin/ (cotensor_cuda_tests, examples 01-05, cotensor_bench_gpu), lib/ (libcotensor
 # and every shared library they load but glibc's, libgcc_s and NVIDIA's; libstdc++ in
 # lib/stdcxx/, used by run.sh only where the system's is older), chapter.py, run.sh and
-# BUNDLE_INFO.txt. cuBLAS is left out: run.sh finds the GPU machine's own. OUTDIR must be absent,
-# empty or an earlier bundle (it is replaced); the bundle must stay within BUNDLE_MAX_MIB (60).
+# BUNDLE_INFO.txt. Everything is stripped. The programs find lib/ through the RUNPATH they are
+# linked with ($ORIGIN/../lib; libcotensor's is $ORIGIN), so they run without LD_LIBRARY_PATH;
+# the libraries that only a library without a RUNPATH needs (OpenBLAS's libgfortran and
+# libquadmath) are linked into libcotensor as well, so that they are loaded from lib/ first.
+# cuBLAS is left out: libcotensor loads the GPU machine's own with the first matmul (run.sh
+# finds it and sets CUBLAS_DIR). OUTDIR must be absent, empty or an earlier bundle (it is
+# replaced); the bundle must stay within BUNDLE_MAX_MIB (40).
 #
 # Environment: BUNDLE_BUILD_DIR (build/gpu-bundle, under the git-ignored build/), CUDA_HOME
 # (/usr/local/cuda), CHAPTER_PY (the workspace's shared/peers/chapter.py), JOBS (nproc),
-# BUNDLE_MAX_MIB (60).
+# BUNDLE_MAX_MIB (40), GZIP_OVER_MIB (4: larger libraries travel gzipped, and run.sh unpacks
+# them), CMAKE_LAUNCHER (e.g. ccache: the compiler launcher).
 set -euo pipefail
 
 if [[ $# -ne 1 || $1 == -h || $1 == --help ]]; then
@@ -27,7 +33,7 @@ build=${BUNDLE_BUILD_DIR:-$root/build/gpu-bundle}
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 chapter_py=${CHAPTER_PY:-$root/../shared/peers/chapter.py}
 jobs=${JOBS:-$(nproc)}
-max_mib=${BUNDLE_MAX_MIB:-60}
+max_mib=${BUNDLE_MAX_MIB:-40}
 examples=(01_backend_asynchrony 02_dependency_graph 03_barriers_and_blockers
   04_improving_computation 05_cpu_asynchrony)
 targets=(cotensor_cuda_tests "${examples[@]}" cotensor_bench_gpu)
@@ -54,10 +60,32 @@ fi
 # Without MPI: the GPU machine has no Open MPI to start ranks (or a singleton) with, and the
 # bundled programs make no collective; the NCCL collectives' tests run where both are
 # (ctest -R distributed.nccl, docs/distributed.md).
+# The bundle's layout is the RUNPATH of every program and library, set at link time (no
+# patchelf): bin/x finds $ORIGIN/../lib, lib/libcotensor.so finds $ORIGIN. RUNPATH applies to
+# an object's own needs only: a library without one (Debian's OpenBLAS) would look for its
+# libgfortran and libquadmath on the system alone, so libcotensor needs them too (as-needed off
+# for them), and the loader then takes the copies it has already loaded from lib/.
+blas_so=$(ldconfig -p 2>/dev/null | awk '$1 == "libopenblas.so.0" && /x86-64/ { print $NF; exit }')
+promoted=()
+if [[ -n $blas_so ]]; then
+  while read -r name; do
+    promoted+=("-l:$name")
+  done < <(ldd "$blas_so" | awk '$1 ~ /^lib(gfortran|quadmath)\.so/ { print $1 }')
+fi
+shared_flags="-Wl,--enable-new-dtags"
+if [[ ${#promoted[@]} -gt 0 ]]; then
+  shared_flags+=" -Wl,--push-state,--no-as-needed $(IFS=' '; echo "${promoted[*]}") -Wl,--pop-state"
+fi
 configure+=(-DCMAKE_BUILD_TYPE=Release -DCOTENSOR_WITH_CUDA=ON -DCOTENSOR_WITH_MPI=OFF
   "-DCMAKE_CUDA_ARCHITECTURES=80;90"
   -DCOTENSOR_BUILD_TESTS=ON -DCOTENSOR_BUILD_EXAMPLES=ON -DCOTENSOR_BUILD_BENCH=ON
-  -DCOTENSOR_SANITIZE= "-DCUDAToolkit_ROOT=$cuda_home")
+  -DCOTENSOR_SANITIZE= "-DCUDAToolkit_ROOT=$cuda_home"
+  -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON "-DCMAKE_INSTALL_RPATH=\$ORIGIN/../lib;\$ORIGIN"
+  "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--enable-new-dtags" "-DCMAKE_SHARED_LINKER_FLAGS=$shared_flags")
+if [[ -n ${CMAKE_LAUNCHER:-} ]]; then
+  configure+=("-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_LAUNCHER"
+    "-DCMAKE_CUDA_COMPILER_LAUNCHER=$CMAKE_LAUNCHER")
+fi
 echo "bundle.sh: ${configure[*]}"
 "${configure[@]}"
 known=$(cmake --build "$build" --target help)
@@ -106,19 +134,38 @@ for f in "$out"/bin/*; do
 done
 ls "$out"/lib/libcotensor.so* >/dev/null 2>&1 || die "libcotensor was not among the libraries found"
 
-# RUNPATH: with patchelf the programs find lib/ without LD_LIBRARY_PATH (run.sh sets it anyway,
-# for the libraries' own dependencies and for cuBLAS).
-if command -v patchelf >/dev/null; then
-  for f in "$out"/bin/*; do
-    patchelf --set-rpath "\$ORIGIN/../lib" "$f"
-  done
-  for f in "$out"/lib/libcotensor.so*; do
-    patchelf --set-rpath "\$ORIGIN" "$f"
-  done
-  rpath_note="RUNPATH set by patchelf (\$ORIGIN/../lib, \$ORIGIN)"
-else
-  rpath_note="patchelf not found: RUNPATH left as built; run.sh sets LD_LIBRARY_PATH"
-fi
+# Stripped: symbols and debug sections are of no use on the GPU machine.
+chmod u+w "$out"/bin/* "$out"/lib/*.so* "$out"/lib/stdcxx/* 2>/dev/null || true
+strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so* "$out"/lib/stdcxx/* 2>/dev/null ||
+  die "strip failed"
+
+# Every program and libcotensor carry the RUNPATH of the layout, and every library in lib/ is
+# needed by one of them directly (else only the system's copy would be looked for).
+runpath_of() { readelf -d "$1" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]$/\1/p'; }
+needed_of() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p'; }
+direct=""
+for f in "$out"/bin/* "$out"/lib/libcotensor.so*; do
+  [[ $(runpath_of "$f") == *'$ORIGIN'* ]] ||
+    die "$(basename "$f") has no \$ORIGIN RUNPATH ($(runpath_of "$f")): was it linked here?"
+  direct+=" $(needed_of "$f" | tr '\n' ' ')"
+done
+for f in "$out"/lib/*.so*; do
+  name=$(basename "$f")
+  [[ " $direct " == *" $name "* ]] ||
+    die "lib/$name is needed only by a library without a RUNPATH: link it into libcotensor"
+done
+rpath_note="RUNPATH set at link time: bin/ \$ORIGIN/../lib, lib/ \$ORIGIN; stripped"
+
+# The libraries of more than GZIP_OVER_MIB (4) travel gzipped (OpenBLAS: 35 MiB, 10 MiB so);
+# run.sh unpacks them in place, once, before anything runs.
+unpacked_bytes=$(du -sb "$out" | cut -f1)
+gzip_over=$((${GZIP_OVER_MIB:-4} * 1048576))
+packed=()
+for f in "$out"/lib/*.so* "$out"/lib/stdcxx/*; do
+  [[ -f $f && $(stat -c %s "$f") -gt $gzip_over ]] || continue
+  gzip -6 -n "$f"
+  packed+=("${f#"$out"/}")
+done
 
 # What the GPU machine must provide: glibc and GLIBCXX versions, for run.sh's checks.
 max_version() {
@@ -154,6 +201,8 @@ nvcc_version=$( ("$cuda_home/bin/nvcc" --version 2>/dev/null || true) |
   echo "needs on the GPU machine: ${nvidia_needed[*]:-no NVIDIA library}," \
     "glibc >= ${need_glibc#GLIBC_}"
   echo "$rpath_note"
+  echo "gzipped (run.sh unpacks them): ${packed[*]:-none};" \
+    "unpacked $(awk -v b="$unpacked_bytes" 'BEGIN { printf "%.1f", b / 1048576 }') MiB"
   echo
   (cd "$out" && find . -type f ! -name "$marker" ! -name BUNDLE_INFO.txt -printf '%10s  %p\n' |
     sort -k2)

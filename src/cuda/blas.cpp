@@ -20,9 +20,10 @@ struct loaded {
 
 loaded load() {
   loaded l;
-  void* h = open_toolkit_library(library, l.error);
+  void* h = open_toolkit_library(library, "CUBLAS_DIR", l.error);
   if (h == nullptr) {
-    l.error += " (cuBLAS)";
+    l.error = "matmul on a GPU needs cuBLAS: " + l.error + " and libcublasLt.so." +
+              COTENSOR_CUDA_SOVERSION + " (CUDA 13's cuBLAS; every other GPU op runs without it)";
     return l;
   }
   blas_api& a = l.api;

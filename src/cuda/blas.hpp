@@ -1,9 +1,10 @@
 #pragma once
 
-// cuBLAS, loaded when a CUDA device is first used (dlopen), not when libcotensor loads: a
-// process that never touches a GPU does not pay for mapping and relocating libcublas and
-// libcublasLt (+0.1 s and +216 MB resident at startup, measured), and the library runs where
-// cuBLAS is not installed at all. Compiled only with COTENSOR_WITH_CUDA.
+// cuBLAS, loaded with the first matmul on a GPU (dlopen), not when libcotensor loads nor when a
+// device is first used: a process that never multiplies on a GPU does not pay for mapping and
+// relocating libcublas and libcublasLt (+0.1 s and +216 MB resident at startup, measured), and
+// a machine whose cuBLAS cannot be loaded runs every other GPU op; only matmul fails there,
+// naming the library, the paths tried and CUBLAS_DIR. Compiled only with COTENSOR_WITH_CUDA.
 
 #include <cublas_api.h>
 
@@ -41,9 +42,10 @@ struct blas_api {
                             cublasGemmAlgo_t);
 };
 
-/// cuBLAS, loaded on the first call (thread-safe). Throws std::system_error
-/// (errc::device_unavailable) naming the library and the loader's error if it cannot be
-/// loaded, on this call and every later one.
+/// cuBLAS, loaded on the first call (thread-safe): from $CUBLAS_DIR alone when it is set, else
+/// the loader's search path, else the build's toolkit. Throws std::system_error
+/// (errc::device_unavailable) naming the library, each path tried with the loader's error, and
+/// CUBLAS_DIR if it cannot be loaded, on this call and every later one.
 const blas_api& cublas();
 
 }  // namespace cotensor::detail::cuda

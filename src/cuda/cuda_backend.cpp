@@ -20,6 +20,8 @@
 namespace cotensor::detail::cuda {
 namespace {
 
+void trim_pool(int index, std::uint64_t keep_idle, bool after_queued_frees) noexcept;
+
 class cuda_backend final : public backend {
 public:
   explicit cuda_backend(const runtime_options& options)
@@ -46,7 +48,11 @@ public:
   void shutdown() noexcept override {
     std::lock_guard lock(mutex_);
     for (auto& c : owned_) {
-      c.reset();  // drains its launcher and poller
+      if (c) {
+        const int index = c->index();
+        c.reset();  // drains its launcher and poller
+        trim_pool(index, 0, true);
+      }
     }
   }
 
@@ -118,7 +124,13 @@ private:
 struct memory_state {
   std::once_flag once;
   cudaStream_t free_stream = nullptr;
+  cudaMemPool_t pool = nullptr;
+  std::uint64_t idle_limit = 0;         // bytes the pool may hold unused: a quarter of the device's
+  std::atomic<std::uint64_t> freed{0};  // bytes freed since the pool was last checked
 };
+
+// How often the pool's idle memory is checked: after this many bytes freed.
+constexpr std::uint64_t trim_check_bytes = std::uint64_t{256} << 20;
 
 memory_state& memory_of(int index) {
   // Never destroyed: buffers with static storage duration may be freed after it otherwise.
@@ -132,9 +144,58 @@ memory_state& memory_of(int index) {
     COTENSOR_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, index));
     std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
     COTENSOR_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    COTENSOR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    m.idle_limit = total_bytes / 4;
     COTENSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&m.free_stream, cudaStreamNonBlocking));
+    m.pool = pool;
   });
   return m;
+}
+
+// Gives the memory that `index`'s pool holds unused back to the driver, down to `keep_idle`
+// bytes unused; with `after_queued_frees`, once the frees queued so far are done (a host wait:
+// at shutdown only). Never throws: trimming only returns memory.
+void trim_pool(int index, std::uint64_t keep_idle, bool after_queued_frees) noexcept {
+  // Best effort, and quiet: a failure only leaves memory in the pool, and at exit CUDA may be
+  // unloading already (cudaErrorCudartUnloading).
+  try {
+    memory_state& m = memory_of(index);
+    const device_guard on_device(index);
+    if (after_queued_frees) {
+      (void)cudaStreamSynchronize(m.free_stream);  // the frees queued so far reach the pool
+    }
+    std::uint64_t used = 0;
+    if (keep_idle != 0) {
+      (void)cudaMemPoolGetAttribute(m.pool, cudaMemPoolAttrUsedMemCurrent, &used);
+    }
+    // Keeps `used + keep_idle` bytes reserved at least: what buffers hold plus the idle limit.
+    (void)cudaMemPoolTrimTo(m.pool, static_cast<std::size_t>(used + keep_idle));
+    (void)cudaGetLastError();
+  } catch (...) {
+    // The pool could not be set up: it holds nothing.
+  }
+}
+
+// After `bytes` freed on device `index`: every trim_check_bytes, trims the pool if more than
+// its idle limit lies unused in it.
+void note_freed(int index, memory_state& m, std::uint64_t bytes) noexcept {
+  const std::uint64_t before = m.freed.fetch_add(bytes, std::memory_order_relaxed);
+  if (before + bytes < trim_check_bytes || before >= trim_check_bytes) {
+    return;  // below the step, or another thread crossed it and checks
+  }
+  std::uint64_t reserved = 0;
+  std::uint64_t used = 0;
+  const device_guard on_device(index);
+  if (cudaMemPoolGetAttribute(m.pool, cudaMemPoolAttrReservedMemCurrent, &reserved) ==
+          cudaSuccess &&
+      cudaMemPoolGetAttribute(m.pool, cudaMemPoolAttrUsedMemCurrent, &used) == cudaSuccess &&
+      reserved > used + m.idle_limit) {
+    trim_pool(index, m.idle_limit, false);
+  }
+  (void)cudaGetLastError();
+  m.freed.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -168,7 +229,7 @@ void* device_memory_allocator::allocate(device d, std::size_t bytes, bool /*dela
 
 void device_memory_allocator::deallocate(device d,
                                          void* p,
-                                         std::size_t /*bytes*/,
+                                         std::size_t bytes,
                                          bool /*delayed*/) noexcept {
   try {
     // Freed during a launch on its device (the loser of a race for a buffer's first memory,
@@ -178,8 +239,11 @@ void device_memory_allocator::deallocate(device d,
       return;
     }
     memory_state& m = memory_of(d.index);
-    const device_guard on_device(d.index);
-    COTENSOR_CUDA_LOG(cudaFreeAsync(p, m.free_stream));
+    {
+      const device_guard on_device(d.index);
+      COTENSOR_CUDA_LOG(cudaFreeAsync(p, m.free_stream));
+    }
+    note_freed(d.index, m, bytes);
   } catch (...) {
     // The device's pool could not be set up: then nothing was allocated from it.
   }

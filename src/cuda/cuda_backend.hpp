@@ -14,7 +14,13 @@ namespace cotensor::detail::cuda {
 /// Device memory for buffers on CUDA devices: stream-ordered (cudaMallocAsync on the stream of
 /// the op that first writes the buffer) from each device's default pool, whose release
 /// threshold keeps freed memory for reuse (PyTorch's CUDAMallocAsyncAllocator). Every buffer is
-/// allocated when its writer starts (delay_alloc). Out of memory throws std::bad_alloc.
+/// allocated when its writer starts (delay_alloc). Out of memory, the pool gives back what it
+/// holds unused and the allocation is tried once more, then throws std::bad_alloc.
+///
+/// The pool is trimmed (`cudaMemPoolTrimTo`), giving idle memory back to the driver for other
+/// processes: to nothing when an engine's context of the device shuts down, and, once more
+/// than a quarter of the device's memory lies idle in it (checked after every 256 MiB freed),
+/// down to that quarter.
 class device_memory_allocator final : public device_allocator {
 public:
   constexpr device_memory_allocator() noexcept : device_allocator(0, false) {}

@@ -113,7 +113,8 @@ void staging_pool::release(block b) noexcept {
 // --- the context -----------------------------------------------------------------------------
 
 device_context::device_context(int index, const runtime_options& options)
-    : index_(index), id_(next_context_id.fetch_add(1, std::memory_order_relaxed)), events_(index),
+    : index_(index), id_(next_context_id.fetch_add(1, std::memory_order_relaxed)),
+      allow_tf32_(options.allow_tf32), events_(index),
       poller_(*this, "cuda:" + std::to_string(index)) {
   const device_guard on_device(index_);  // maybe another device's launcher, or a user's thread
   try {
@@ -122,14 +123,6 @@ device_context::device_context(int index, const runtime_options& options)
     COTENSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
     COTENSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
     COTENSOR_CUDA_CHECK(cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming));
-    const blas_api& cublas = cuda::cublas();  // loaded with the first device
-    COTENSOR_CUBLAS_CHECK(cublas.create(&blas_));
-    COTENSOR_CUBLAS_CHECK(cublas.set_stream(blas_, compute_));
-    COTENSOR_CUDA_CHECK(cudaMalloc(&blas_workspace_, blas_workspace_bytes));
-    COTENSOR_CUBLAS_CHECK(cublas.set_workspace(blas_, blas_workspace_, blas_workspace_bytes));
-    // FP32 stays FP32 unless the user opts in to TF32 (as PyTorch since 1.12).
-    COTENSOR_CUBLAS_CHECK(cublas.set_math_mode(
-        blas_, options.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     {
       std::lock_guard lock(contexts_mutex);
       live_contexts().push_back(this);
@@ -146,6 +139,32 @@ device_context::device_context(int index, const runtime_options& options)
     destroy_handles();
     throw;
   }
+}
+
+cublasHandle_t device_context::blas() {
+  if (blas_ != nullptr) [[likely]] {
+    return blas_;
+  }
+  const blas_api& cublas = cuda::cublas();  // loaded with the first matmul on any device
+  cublasHandle_t h = nullptr;
+  COTENSOR_CUBLAS_CHECK(cublas.create(&h));
+  try {
+    COTENSOR_CUBLAS_CHECK(cublas.set_stream(h, compute_));
+    // After set_stream, which resets the workspace: cuBLAS then never allocates (or frees,
+    // synchronising the device) during a launch.
+    if (blas_workspace_ == nullptr) {
+      COTENSOR_CUDA_CHECK(cudaMalloc(&blas_workspace_, blas_workspace_bytes));
+    }
+    COTENSOR_CUBLAS_CHECK(cublas.set_workspace(h, blas_workspace_, blas_workspace_bytes));
+    // FP32 stays FP32 unless the user opts in to TF32 (as PyTorch since 1.12).
+    COTENSOR_CUBLAS_CHECK(
+        cublas.set_math_mode(h, allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  } catch (...) {
+    cublas.destroy(h);
+    throw;
+  }
+  blas_ = h;
+  return blas_;
 }
 
 void device_context::destroy_handles() noexcept {
@@ -335,7 +354,9 @@ void device_context::launched(op_node* op, op_completion done) noexcept {
     done.release_accesses();
   }
   try {
-    poller_.watch(event, std::move(done), position, after);
+    // Recorded and watched under launch_mutex_: in stream order, so that the poller queries
+    // only the oldest pending event of each stream.
+    poller_.watch(event, std::move(done), position, after, l.stream);
   } catch (...) {
     // Out of memory: the op fails (abandoned). Its work may be queued: let it finish before its
     // staging block goes back, and let host readers of its buffers pass its fence.

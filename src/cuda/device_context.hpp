@@ -1,7 +1,8 @@
 #pragma once
 
-// One CUDA device as one engine uses it: its streams, cuBLAS handle, events, event poller,
-// pinned staging blocks and launcher thread. Compiled only with COTENSOR_WITH_CUDA.
+// One CUDA device as one engine uses it: its streams, cuBLAS handle (made with its first matmul),
+// events, event poller, pinned staging blocks and launcher thread. Compiled only with
+// COTENSOR_WITH_CUDA.
 
 #include "cotensor/detail/engine_fwd.hpp"
 #include "cotensor/runtime.hpp"
@@ -95,7 +96,7 @@ private:
 /// launcher (or, for `execute`, from the synchronous engine's callers, one at a time).
 class device_context final : public event_source {
 public:
-  /// Sets up device `index` (its streams, cuBLAS handle, poller and launcher thread). Throws
+  /// Sets up device `index` (its streams, poller and launcher thread; not cuBLAS). Throws
   /// std::system_error naming CUDA's error.
   device_context(int index, const runtime_options& options);
   device_context(const device_context&) = delete;
@@ -109,7 +110,11 @@ public:
   cudaStream_t compute() const noexcept { return compute_; }
   cudaStream_t upload() const noexcept { return h2d_; }
   cudaStream_t download() const noexcept { return d2h_; }
-  cublasHandle_t blas() const noexcept { return blas_; }
+  /// The cuBLAS handle, made on the first call (the device's first matmul), which loads cuBLAS
+  /// if no device has: the device's other ops never need it. From the launch in progress
+  /// (launch_mutex_ held). Throws std::system_error (errc::device_unavailable) if cuBLAS cannot
+  /// be loaded (see blas.hpp), or CUDA's or cuBLAS's error.
+  cublasHandle_t blas();
   staging_pool& staging() noexcept { return staging_; }
   event_poller& poller() noexcept { return poller_; }
 
@@ -161,7 +166,8 @@ private:
   cudaStream_t h2d_ = nullptr;
   cudaStream_t d2h_ = nullptr;
   cudaEvent_t order_event_ = nullptr;  // recorded for cross-stream order; launch_mutex_ held
-  cublasHandle_t blas_ = nullptr;
+  const bool allow_tf32_;
+  cublasHandle_t blas_ = nullptr;  // made by blas(); launch_mutex_ held
   void* blas_workspace_ = nullptr;
   event_pool events_;
   staging_pool staging_;

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -68,12 +69,25 @@ struct after_event {
 
 /// One thread per device that ends ops when their events complete.
 ///
-/// While events are pending it polls them all, spinning briefly (a GPU op of a few µs ends
-/// before a sleep would), then yielding, then sleeping `backoff` between rounds; with nothing
-/// pending it sleeps on a condition variable and costs nothing. An event that completes ends
-/// its op successfully; a failed event puts the device in the failed state: that op and every
-/// op pending or watched later fail at once with a `std::system_error` carrying the device's
-/// error, so no waiter hangs.
+/// Events watched with the same `stream` were recorded in that order on one in-order stream,
+/// so they complete in that order: only the oldest pending event of each stream is queried
+/// (one `query` per stream and round, however deep the stream's queue). Events watched with no
+/// stream are queried each on its own.
+///
+/// While events are pending it polls by this policy, measured from the last progress (an event
+/// watched or ended); `bench/engine/poller.cpp` measures what it costs (docs/performance.md):
+/// - up to `spin_for` (20 µs): back to back, `pause` between rounds: a short GPU op ends
+///   within it, and its op ends within a round of completing;
+/// - up to `yield_for` (100 µs): `yield` between rounds, giving the core to the launcher or an
+///   io_context thread on an oversubscribed machine;
+/// - up to `short_sleep_for` (10 ms): sleeping `short_sleep` (10 µs) between rounds; the
+///   thread's timer slack is 1 µs (`PR_SET_TIMERSLACK`), not Linux's default 50 µs, so a sleep
+///   lasts about what it asks;
+/// - after that: sleeping `long_sleep` (100 µs), at most 1 % of the wait so far.
+/// With nothing pending it sleeps on a condition variable and costs nothing. An event that
+/// completes ends its op successfully; a failed event puts the device in the failed state: that
+/// op and every op pending or watched later fail at once with a `std::system_error` carrying the
+/// device's error, so no waiter hangs.
 ///
 /// Thread safety: `watch`, `failed` and `failure` may be called from any thread. Completions
 /// are invoked on the poller's thread, which only hands the ops back to the engine.
@@ -89,9 +103,16 @@ public:
   /// Ends `done` when `event` completes, after running `after`, or fails it when the device
   /// has failed (then at once, `event` released). After `shutdown`, fails it with
   /// `errc::shutting_down`. A nonzero `position` is reported to the source's `passed` before
-  /// the op ends. Throws std::bad_alloc only when out of memory, with `done` then abandoned (its
-  /// op fails) and `event` and `after` left to the caller.
-  void watch(void* event, op_completion done, std::uint64_t position = 0, after_event after = {});
+  /// the op ends. A non-null `stream` names the in-order stream `event` was recorded on: the
+  /// events of one stream must be watched in the order they were recorded (the caller holds a
+  /// lock across both), and only the oldest pending one is queried. Throws std::bad_alloc only
+  /// when out of memory, with `done` then abandoned (its op fails) and `event` and `after` left
+  /// to the caller.
+  void watch(void* event,
+             op_completion done,
+             std::uint64_t position = 0,
+             after_event after = {},
+             const void* stream = nullptr);
   /// The device's error as an exception ("cotensor: device cuda:0 failed: ..."); call once
   /// `failed()`.
   std::exception_ptr device_error() const noexcept;
@@ -113,11 +134,21 @@ private:
     op_completion done;
     std::uint64_t position;
     after_event after;
+    const void* stream;
+  };
+  // The events of one stream, oldest first; or, for stream null, the unordered events.
+  struct lane {
+    const void* stream;
+    std::deque<watched> events;
   };
 
   void run() noexcept;
-  // Queries every watched event once, ending those that completed or failed; true if any did.
-  bool poll_once(std::deque<watched>& watching) noexcept;
+  // Queries the oldest event of each stream's lane (and every unordered one) once, ending those
+  // that completed or failed (and, in a stream, the ones after them that completed too). Returns
+  // how many ended.
+  std::size_t poll_once(std::deque<lane>& lanes) noexcept;
+  // Ends `w` (its event completed, or failed when `ok` is false and the device failed).
+  void end(watched& w, bool ok) noexcept;
   void fail_device(const std::error_code& ec) noexcept;
 
   event_source& source_;

@@ -1,16 +1,35 @@
 #include "cuda/library.hpp"
 
+#include <cstdlib>
+
 namespace cotensor::detail::cuda {
 
-void* open_toolkit_library(const char* soname, std::string& error) {
-  void* h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    const char* why = dlerror();
-    const std::string first = why != nullptr ? why : "?";
-    const std::string beside_toolkit = std::string(COTENSOR_CUDA_LIBRARY_DIR) + "/" + soname;
-    h = dlopen(beside_toolkit.c_str(), RTLD_NOW | RTLD_LOCAL);
+void* open_toolkit_library(const char* soname, const char* dir_variable, std::string& error) {
+  std::string tried;
+  auto attempt = [&](const std::string& path, const std::string& where) -> void* {
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) {
-      error = std::string("cannot load ") + soname + ": " + first;
+      const char* why = dlerror();
+      tried += "; tried " + path + where + ": " + (why != nullptr ? why : "?");
+    }
+    return h;
+  };
+  const char* dir = dir_variable != nullptr ? std::getenv(dir_variable) : nullptr;
+  void* h = nullptr;
+  if (dir != nullptr && *dir != '\0') {
+    // Named by the user: the only place looked, so that no other copy is taken silently.
+    h = attempt(std::string(dir) + "/" + soname, std::string(" (from ") + dir_variable + ")");
+  } else {
+    h = attempt(soname, " (the loader's search path: LD_LIBRARY_PATH, RUNPATH, ldconfig)");
+    if (h == nullptr) {
+      h = attempt(std::string(COTENSOR_CUDA_LIBRARY_DIR) + "/" + soname,
+                  " (the build's CUDA toolkit)");
+    }
+  }
+  if (h == nullptr) {
+    error = std::string("cannot load ") + soname + tried;
+    if (dir_variable != nullptr) {
+      error += std::string("; set ") + dir_variable + " to the directory that holds " + soname;
     }
   }
   return h;

@@ -44,6 +44,7 @@ struct nccl_api {
   decltype(&ncclCommInitRank) comm_init_rank = nullptr;
   decltype(&ncclCommAbort) comm_abort = nullptr;
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclCommFinalize) comm_finalize = nullptr;  // NCCL >= 2.14; null before
   decltype(&ncclCommGetAsyncError) comm_get_async_error = nullptr;
   decltype(&ncclGetErrorString) get_error_string = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
@@ -77,6 +78,7 @@ loaded_nccl load() {
       !resolve(h, "ncclReduceScatter", a.reduce_scatter)) {
     l.error = std::string(library) + " lacks an NCCL entry point we call";
   }
+  (void)resolve(h, "ncclCommFinalize", a.comm_finalize);  // optional: destroy alone before it
   return l;
 }
 
@@ -160,13 +162,7 @@ public:
       stopping_ = true;
     }
     cv_.notify_one();
-    watchdog_.join();
-    // The last op holding us has ended: nothing of ours is queued on the stream.
-    if (!aborted_) {
-      if (const ncclResult_t rc = nccl().comm_destroy(comm_); rc != ncclSuccess) {
-        std::fprintf(stderr, "cotensor::dist: ncclCommDestroy: %s\n", nccl().get_error_string(rc));
-      }
-    }
+    watchdog_.join();  // it finalizes and destroys the NCCL communicator as it ends
     const cotensor::detail::cuda::device_guard guard(dev_.index);
     COTENSOR_CUDA_LOG(cudaStreamDestroy(stream_));
   }
@@ -298,9 +294,54 @@ private:
     (void)nccl().comm_abort(comm_);
   }
 
+  // On the watchdog's thread as it ends, which owns the NCCL communicator's teardown: whatever
+  // thread drops the last reference (a user's, the event poller's), NCCL's last calls on it run
+  // here, on the device, after every other. The last op holding us has ended: nothing of ours is
+  // queued on the stream. ncclCommFinalize flushes what NCCL still has in flight (its proxy
+  // thread's operations, the connections to the peers) and then ncclCommDestroy frees it; a
+  // finalize that fails or outlasts the timeout aborts the communicator instead.
+  void teardown() noexcept {
+    {
+      std::lock_guard lock(mu_);
+      if (aborted_) {
+        return;  // ncclCommAbort freed it
+      }
+    }
+    const nccl_api& api = loaded().api;  // loaded: the communicator exists
+    ncclResult_t rc = ncclSuccess;
+    if (api.comm_finalize != nullptr) {
+      rc = api.comm_finalize(comm_);
+      // A non-blocking communicator finalizes in the background: wait for it, up to the timeout.
+      const auto give_up = clock::now() + timeout_;
+      ncclResult_t state = rc;
+      while (rc == ncclInProgress || (rc == ncclSuccess && state == ncclInProgress)) {
+        if (clock::now() > give_up) {
+          rc = ncclInProgress;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        rc = api.comm_get_async_error(comm_, &state);
+        if (rc == ncclSuccess && state != ncclInProgress) {
+          rc = state;
+          break;
+        }
+      }
+    }
+    if (rc != ncclSuccess) {
+      std::fprintf(stderr, "cotensor::dist: ncclCommFinalize on %s: %s; aborting it\n",
+                   name_of(dev_).c_str(), api.get_error_string(rc));
+      (void)api.comm_abort(comm_);
+      return;
+    }
+    if (rc = api.comm_destroy(comm_); rc != ncclSuccess) {
+      std::fprintf(stderr, "cotensor::dist: ncclCommDestroy: %s\n", api.get_error_string(rc));
+    }
+  }
+
   // While collectives are in flight: every millisecond, NCCL's asynchronous error and the
-  // oldest one's deadline. Either aborts the NCCL communicator.
+  // oldest one's deadline. Either aborts the NCCL communicator. Ends with the teardown.
   void watch() noexcept {
+    COTENSOR_CUDA_LOG(cudaSetDevice(dev_.index));  // NCCL's teardown runs here, on the device
     try {
       std::unique_lock lock(mu_);
       while (!stopping_) {
@@ -349,7 +390,10 @@ private:
     } catch (...) {
       std::fprintf(stderr, "cotensor::dist: the NCCL watchdog on %s stopped: out of memory\n",
                    name_of(dev_).c_str());
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_; });  // the teardown still waits for the end
     }
+    teardown();
   }
 
   const device dev_;

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <stdexcept>
@@ -192,6 +193,35 @@ TEST_SUITE("cuda.errors") {
     CHECK(read_back(matmul(ones({4, 4}, gpu), ones({4, 4}, gpu))) == std::vector<float>(16, 4.0F));
     wait_all();
     CHECK(runtime::current().stats().live_buffer_bytes == before);
+  }
+
+  // Skipped unless asked for (--no-skip), in a process of its own with CUBLAS_DIR pointing at
+  // no cuBLAS (bench/gpu/run.sh's `tests` step runs it so): cuBLAS is loaded once per process.
+  TEST_CASE("with cuBLAS not loadable, every GPU op but matmul runs; matmul fails naming the"
+            " library, the paths tried and CUBLAS_DIR" *
+            doctest::skip() * doctest::timeout(30)) {
+    const char* dir = std::getenv("CUBLAS_DIR");
+    REQUIRE_MESSAGE(dir != nullptr, "run with CUBLAS_DIR set to a directory without cuBLAS");
+    const tensor x = full({64}, 2.0F, gpu);
+    CHECK(read_back(exp(x) * 0.0F + x + 1.0F) == std::vector<float>(64, 3.0F));
+    CHECK(sum(x).item() == 128.0F);
+    manual_seed(7);
+    const auto on_cpu = randn({16}).to_vector();
+    manual_seed(7);
+    CHECK(read_back(randn({16}, gpu)) == on_cpu);
+    try {
+      matmul(ones({4, 4}, gpu), ones({4, 4}, gpu)).wait();
+      FAIL("matmul ran without cuBLAS");
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::device_unavailable);
+      const std::string what = e.what();
+      CHECK(what.find("libcublas.so.") != std::string::npos);
+      CHECK(what.find(std::string(dir) + "/libcublas.so.") != std::string::npos);
+      CHECK(what.find("CUBLAS_DIR") != std::string::npos);
+    }
+    // The device goes on.
+    CHECK(read_back(full({3}, 2.0F, gpu) * 2.0F) == std::vector<float>(3, 4.0F));
+    wait_all();
   }
 
   TEST_CASE("a GPU op that fails in its kernel passes its error to every reader" *
