@@ -103,12 +103,17 @@ tensor issue_read(std::shared_ptr<const read_only_file> file,
   require_device(file->op(), d);
   auto out = allocate(file->op(), s, device::cpu(), t);
   const std::uint64_t bytes = static_cast<std::uint64_t>(s.numel()) * itemsize(t);
-  issue(file->op(), {}, {out},
-        [file = std::move(file), name = std::move(tensor_name), offset, bytes, p = out.get()] {
-          if (bytes > 0) {
-            file->read_exactly(offset, p->raw(), bytes, name);
-          }
-        });
+  // Never run at the call (as a small op may be): a read may block on the disk, and the call
+  // may be on an Asio thread.
+  auto op = make_op(file->op(), {}, {out});
+  op->runs_user_code = true;
+  op->kernel.emplace(
+      [file = std::move(file), name = std::move(tensor_name), offset, bytes, p = out.get()] {
+        if (bytes > 0) {
+          file->read_exactly(offset, p->raw(), bytes, name);
+        }
+      });
+  current_engine().push(std::move(op));
   tensor host(std::move(out), s);
   return d.is_cpu() ? host : host.to(d);
 }
