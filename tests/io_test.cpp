@@ -400,4 +400,13 @@ TEST_SUITE("io") {
     CHECK(file.at("w").to_vector() == std::vector<float>{7, 7, 7, 7});
   }
 
+  TEST_CASE("loading onto a device this machine cannot serve throws at the call") {
+    if (is_available(device::cuda(0))) {
+      return;  // tests/cuda covers a GPU
+    }
+    CHECK_THROWS_AS((void)load_safetensors(data_dir / "all_dtypes.safetensors", device::cuda(0)),
+                    std::system_error);
+    CHECK_THROWS_AS((void)load_npy(data_dir / "float32.npy", device::cuda(0)), std::system_error);
+  }
+
 }  // TEST_SUITE("io")
