@@ -280,6 +280,9 @@ TEST_SUITE("io") {
       check_io_error([&] { (void)load_safetensors(dir / "none.safetensors"); },
                      dir / "none.safetensors", "", "cannot open");
     }
+    SUBCASE("a directory") {
+      check_io_error([&] { (void)load_safetensors(dir.path); }, dir.path, "", "not a regular file");
+    }
     SUBCASE("truncated: the data ends before a tensor's") {
       const std::string whole =
           safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", eight);

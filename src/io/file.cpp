@@ -44,12 +44,13 @@ read_only_file::read_only_file(const char* op, std::filesystem::path path)
     fail("", std::string("cannot open: ") + std::strerror(errno));
   }
   struct stat st {};
-  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+  const bool stat_failed = ::fstat(fd_, &st) != 0;
+  if (stat_failed || !S_ISREG(st.st_mode)) {
     const int e = errno;
     ::close(fd_);
     fd_ = -1;
-    fail("", S_ISREG(st.st_mode) ? std::string("cannot stat: ") + std::strerror(e)
-                                 : std::string("not a regular file"));
+    fail("", stat_failed ? std::string("cannot stat: ") + std::strerror(e)
+                         : std::string("not a regular file"));
   }
   size_ = static_cast<std::uint64_t>(st.st_size);
 }
