@@ -11,6 +11,7 @@ packages=(
   libopenblas-dev                 # CBLAS SGEMM, run per tile from oneTBB tasks
   librandom123-dev                # Philox counter-based random numbers
   doctest-dev                     # unit tests
+  libdlpack-dev                   # DLPack's header: to_dlpack / from_dlpack (src/io/dlpack.cpp)
   libbenchmark-dev                # engine micro-benchmarks
   libopenmpi-dev openmpi-bin      # Open MPI: collectives as engine ops (COTENSOR_WITH_MPI)
 )

@@ -11,8 +11,7 @@
 // Run with --help for the flags.
 
 #include <cotensor/cotensor.hpp>
-
-#include "npy.hpp"
+#include <cotensor/io.hpp>
 
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -179,13 +178,21 @@ struct mlp {
 mlp make_model(config& c, cotensor::device d) {
   mlp m;
   if (!c.weights.empty()) {
+    // Read by the backend; a bad file throws cotensor::io_error here, a truncated one at the
+    // when_all below. Weights of another dtype are converted: the model computes in float32.
     auto load = [&](const char* name, std::size_t rank) {
-      auto a = cotensor_server::load_npy(c.weights + "/" + name);
-      if (a.shape.size() != rank) {
+      cotensor::tensor t = cotensor::load_npy(c.weights + "/" + name, d);
+      if (t.rank() != rank) {
         throw std::runtime_error(std::string(name) + ": wrong rank");
       }
-      cotensor::shape s(std::span<const std::int64_t>(a.shape.data(), a.shape.size()));
-      return std::pair{cotensor::from_vector(std::move(a.values), s, d), a.shape};
+      if (t.dtype() != cotensor::dtype::float32) {
+        t = t.astype(cotensor::dtype::float32);
+      }
+      std::vector<std::int64_t> extents(rank);
+      for (std::size_t i = 0; i < rank; ++i) {
+        extents[i] = t.shape()[i];
+      }
+      return std::pair{t, extents};
     };
     auto [w1, s1] = load("w1.npy", 2);
     auto [b1, sb1] = load("b1.npy", 1);

@@ -24,6 +24,23 @@ storage::storage(const cotensor::shape& s, cotensor::device d, cotensor::dtype t
   add_count(live_count::buffers, 1);
 }
 
+storage::storage(const cotensor::shape& s,
+                 cotensor::device d,
+                 cotensor::dtype t,
+                 external_memory memory)
+    : data_(memory.data), shape_(s), device_(d), dtype_(t),
+      bytes_(std::max<std::size_t>(static_cast<std::size_t>(s.numel()) * itemsize(t), 8)),
+      allocator_(nullptr), external_(memory) {
+  add_count(live_count::buffers, 1);
+}
+
+std::shared_ptr<storage> storage::make_external(const cotensor::shape& s,
+                                                cotensor::device d,
+                                                cotensor::dtype t,
+                                                external_memory memory) {
+  return std::allocate_shared<storage>(allocator<storage>(), s, d, t, memory);
+}
+
 // Two threads may both find no memory (two readers of a buffer whose writer failed before its
 // kernel ran): one block wins, the other goes back.
 void* storage::first_data() {
@@ -38,6 +55,11 @@ void* storage::first_data() {
 }
 
 storage::~storage() {
+  if (external_.release != nullptr) {
+    external_.release(external_.context);
+    add_count(live_count::buffers, -1);
+    return;
+  }
   if (void* p = data_.load(std::memory_order_relaxed)) {
     const bool delayed = bytes_ > allocator_->delayed_bytes();
     if (!delayed && allocator_->small_in_host_blocks()) {

@@ -31,7 +31,22 @@ public:
   static std::shared_ptr<storage>
   make(const cotensor::shape& s, cotensor::device d, cotensor::dtype t = cotensor::dtype::float32);
 
+  /// Memory that a buffer uses but does not own (DLPack's `from_dlpack`): `data` (not null)
+  /// holds the elements; `release(context)` runs once, when the buffer is destroyed (the last
+  /// handle and op dropped it), on whichever thread drops it.
+  struct external_memory {
+    void* data;
+    void (*release)(void* context) noexcept;
+    void* context;
+  };
+  /// A buffer over external memory, as above. Never allocates or frees memory itself.
+  static std::shared_ptr<storage> make_external(const cotensor::shape& s,
+                                                cotensor::device d,
+                                                cotensor::dtype t,
+                                                external_memory memory);
+
   storage(const cotensor::shape& s, cotensor::device d, cotensor::dtype t);
+  storage(const cotensor::shape& s, cotensor::device d, cotensor::dtype t, external_memory memory);
   storage(const storage&) = delete;
   storage& operator=(const storage&) = delete;
   ~storage();
@@ -69,6 +84,7 @@ private:
   cotensor::dtype dtype_;
   std::size_t bytes_;
   device_allocator* allocator_;
+  external_memory external_{nullptr, nullptr, nullptr};  // release == null: owned memory
 };
 
 /// Buffers (`storage`), the bytes of their floats and op nodes alive in the process, for leak

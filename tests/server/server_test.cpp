@@ -1,7 +1,8 @@
 // Starts the real cotensor_server on 127.0.0.1 (port 0: the OS picks) and talks HTTP to it with
 // a Boost.Beast client.
 
-#include "../../examples/server/npy.hpp"
+#include <cotensor/io.hpp>
+#include <cotensor/ops.hpp>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -198,10 +199,10 @@ struct weights {
            ("cotensor_server_test_" + std::to_string(::getpid())))
               .string();
     std::filesystem::create_directories(dir);
-    cotensor_server::save_npy(dir + "/w1.npy", {in, hidden}, w1);
-    cotensor_server::save_npy(dir + "/b1.npy", {hidden}, b1);
-    cotensor_server::save_npy(dir + "/w2.npy", {hidden, out}, w2);
-    cotensor_server::save_npy(dir + "/b2.npy", {out}, b2);
+    cotensor::save_npy(dir + "/w1.npy", cotensor::from_vector(w1, {in, hidden}));
+    cotensor::save_npy(dir + "/b1.npy", cotensor::from_vector(b1, {hidden}));
+    cotensor::save_npy(dir + "/w2.npy", cotensor::from_vector(w2, {hidden, out}));
+    cotensor::save_npy(dir + "/b2.npy", cotensor::from_vector(b2, {out}));
   }
 
   std::vector<double> forward(const std::vector<float>& x) const {

@@ -1,0 +1,38 @@
+#pragma once
+
+// A strict JSON reader and a string writer: just enough for safetensors headers (an object of
+// objects of strings, integer arrays and a string map). RFC 8259 grammar; numbers are kept as
+// their text, so integers of any size are checked exactly by their reader.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace cotensor::detail::json {
+
+/// A parsed JSON value.
+struct value {
+  enum class kind : std::uint8_t { null, boolean, number, string, array, object };
+  kind type = kind::null;
+  bool boolean = false;
+  std::string text;                                    // a string's contents, a number's text
+  std::vector<value> items;                            // an array's elements
+  std::vector<std::pair<std::string, value>> members;  // an object's members, in order
+
+  /// The number as a non-negative integer that fits an int64, or nothing.
+  std::optional<std::int64_t> as_index() const;
+  /// The member `key` of an object, or null if absent (or not an object).
+  const value* find(std::string_view key) const;
+};
+
+/// Parses `text` (one value, surrounded by whitespace at most); throws std::runtime_error
+/// saying what is wrong where, as "byte 12: expected ':'". Nesting deeper than 64 is refused.
+value parse(std::string_view text);
+
+/// `s` as a JSON string literal, quotes included.
+std::string quote(std::string_view s);
+
+}  // namespace cotensor::detail::json
