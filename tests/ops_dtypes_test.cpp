@@ -187,6 +187,21 @@ TEST_SUITE("ops_dtypes") {
     }
   }
 
+  TEST_CASE("maximum and minimum of bool tensors are logical or and and") {
+    const tensor a = from_vector(std::vector<bool>{false, false, true, true}, {4});
+    const tensor b = from_vector(std::vector<bool>{false, true, false, true}, {4});
+    CHECK(maximum(a, b).dtype() == dtype::boolean);
+    CHECK(maximum(a, b).to_vector<bool>() == std::vector<bool>{false, true, true, true});
+    CHECK(minimum(a, b).to_vector<bool>() == std::vector<bool>{false, false, false, true});
+    // Broadcast, and a bool with another dtype promotes as arithmetic does.
+    const tensor col = from_vector(std::vector<bool>{true, false}, {2, 1});
+    CHECK(maximum(col, a).to_vector<bool>() ==
+          std::vector<bool>{true, true, true, true, false, false, true, true});
+    const tensor ints = from_vector(std::vector<std::int32_t>{-1, 0, 1, 2}, {4});
+    CHECK(maximum(a, ints).dtype() == dtype::int32);
+    CHECK(maximum(a, ints).to_vector<std::int32_t>() == std::vector<std::int32_t>{0, 0, 1, 2});
+  }
+
   TEST_CASE("reductions give the documented dtypes and propagate NaN") {
     const tensor b = from_vector(std::vector<bool>{true, true, false}, {3});
     CHECK(sum(b).dtype() == dtype::int64);

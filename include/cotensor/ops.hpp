@@ -154,7 +154,8 @@ tensor operator!(const tensor& a);
 /// `cond ? a : b` elementwise, all three broadcast together; `cond` must be bool; the result's
 /// dtype is `promote_types(a, b)`.
 tensor where(const tensor& cond, const tensor& a, const tensor& b);
-/// The elementwise maximum and minimum, promoted as arithmetic; NaN propagates.
+/// The elementwise maximum and minimum, promoted as arithmetic; NaN propagates; on bool they
+/// are logical or and and.
 tensor maximum(const tensor& a, const tensor& b);
 tensor minimum(const tensor& a, const tensor& b);
 /// Elementwise |x| (integers wrap: |INT_MIN| is INT_MIN).
