@@ -92,7 +92,18 @@ tensor cast_to(const tensor& x, dtype t, const char* op) {
 scalar_arg scalar_for(const char* op, scalar s, dtype t) {
   scalar_arg a;
   if (is_floating(t)) {
-    a.f = s.f;
+    // Weak: the scalar becomes an element of the tensor's dtype before the op, as in NumPy
+    // (NEP 50) and PyTorch, so `float16 * 0.1` multiplies by float16(0.1); converted as astype
+    // converts a float64 (through float32, as PyTorch), so `x + v` is `x + full(v, dtype)`.
+    if (t == dtype::float16) {
+      a.f = static_cast<float>(float16_t(static_cast<float>(s.f)));
+    } else if (t == dtype::bfloat16) {
+      a.f = static_cast<float>(bfloat16_t(static_cast<float>(s.f)));
+    } else if (t == dtype::float32) {
+      a.f = static_cast<float>(s.f);
+    } else {
+      a.f = s.f;
+    }
     return a;
   }
   if (s.k == scalar::kind::floating) {
