@@ -853,8 +853,10 @@ tensor index_select(const tensor& x, int axis, const tensor& index) {
   const auto& in = x.storage();
   const auto& idx = index.storage();
   detail::issue("index_select", {in, idx}, {out},
-                [k = &k, item = itemsize(t), pin = in.get(), pi = idx.get(), po = out.get(), outer,
-                 extent = x.shape()[ax], inner, count] {
+                // Structured bindings captured by name (init-captures): clang 14 cannot
+                // capture them plainly.
+                [k = &k, item = itemsize(t), pin = in.get(), pi = idx.get(), po = out.get(),
+                 outer = outer, extent = x.shape()[ax], inner = inner, count] {
                   k->index_select(item, pin->raw(), outer, extent, inner, pi->data<std::int64_t>(),
                                   count, po->raw());
                 });
