@@ -67,6 +67,11 @@ DEVIATIONS = {
         "PyTorch", "PyTorch refuses − whenever an operand is bool (a bool scalar, or a bool "
         "tensor with an int scalar); cotensor refuses only bool − bool, as NumPy. PyTorch "
         "runs on the bool operand cast to cotensor's result dtype."),
+    "torch-scalar-rounding": (
+        "PyTorch", "PyTorch's float16/bfloat16 kernels use a Python float scalar unrounded in "
+        "float32 in some ops (×, ÷) and rounded to the dtype in others (+, −); cotensor "
+        "always rounds it to the tensor's dtype first, as NumPy (NEP 50). PyTorch runs with "
+        "the scalar rounded to the dtype."),
     "torch-rdiv": (
         "PyTorch", "PyTorch computes scalar / tensor as scalar · (1/tensor), rounding 1/x to the "
         "dtype first; cotensor divides once. PyTorch runs it as a tensor ÷ tensor division."),
@@ -536,6 +541,12 @@ def torch_run(c):
             raise Skip()
         f = T_SCALAR[c.name]
         want = scalar_result(c.dtypes[0], c.p["kind"])
+        if c.p["kind"] == "float" and want in (F16, BF16):
+            rounded = torch.tensor(s, dtype=torch.float64).to(torch.float32).to(
+                TORCH_DTYPES[want]).item()
+            if rounded != s:
+                c.deviate("torch-scalar-rounding")
+                s = rounded
         if c.name == "sub" and (x.dtype == torch.bool or c.p["kind"] == "bool") and want != "bool":
             c.deviate("torch-bool-sub")
             x = x.to(TORCH_DTYPES[want])
@@ -706,6 +717,13 @@ def compare_values(c, ours, ref):
     if scaled:
         scale = np.broadcast_to(accumulated_scale(c, ref), ref.shape).reshape(-1)
         limit = tol * ulp_of(scale, dt)
+    tols = np.full(o64.size, float(tol))
+    if fam in ("gelu", "gelu_tanh") and dt == F64 and not scaled:
+        # float64 gelu: rounding x/√2 (or u) is amplified by erfc's conditioning, about x² (the
+        # tanh form's e^(−2u): about |x|³/4), in cotensor and in the float64 reference alike,
+        # so twice that.
+        x = np.abs(f64(c.inputs[0])).reshape(-1)
+        tols += np.nan_to_num(2 * x**2 if fam == "gelu" else x**3 / 2, posinf=0.0)
     oo, ro = ordinal(ours), ordinal(ref)
     for i in range(o64.size):
         if on[i] or rn[i]:
@@ -719,7 +737,7 @@ def compare_values(c, ours, ref):
         if scaled:
             if abs(o64[i] - r64[i]) > limit[i]:
                 break
-        elif abs(oo[i] - ro[i]) > tol:
+        elif abs(oo[i] - ro[i]) > tols[i]:
             break
     else:
         return ""

@@ -249,7 +249,7 @@ private:
       const double v = c_.chance(50) ? big * (0.5 + c_.unit()) : tiny * (1 + c_.between(0, 3));
       return c_.chance(50) ? -v : v;
     }
-    if (r < 14 && t == dtype::float64) {
+    if (r < 20 && t == dtype::float64) {
       // Just off a float16 or bfloat16 rounding tie (1 + 2^-11 or 2^-8, ± 2^-40, scaled): a
       // cast that rounds through float32 first rounds these twice, and wrongly.
       const double tie = 1.0 + (c_.chance(50) ? 0x1p-11 : 0x1p-8);
@@ -272,11 +272,12 @@ private:
   std::int64_t int_value(dtype t) {
     if (c_.chance(8)) {
       if (t == dtype::int32) {
-        constexpr std::int64_t edges[] = {INT32_MIN, INT32_MAX, INT32_MIN + 1, 65504, 16777217};
+        constexpr std::int64_t edges[] = {INT32_MIN, INT32_MAX, INT32_MIN + 1, 65504, 16842753};
         return c_.pick(edges);
       }
-      constexpr std::int64_t edges[] = {INT64_MIN, INT64_MAX,       INT64_MIN + 1,
-                                        16777217,  (1LL << 53) + 1, -(1LL << 40) - 1};
+      // 16842753 = 2^24 + 2^16 + 1 is just above a bfloat16 tie that float32 rounds onto.
+      constexpr std::int64_t edges[] = {INT64_MIN, INT64_MAX,       INT64_MIN + 1,   16777217,
+                                        16842753,  (1LL << 53) + 1, -(1LL << 40) - 1};
       return c_.pick(edges);
     }
     return c_.between(-9, 9);
