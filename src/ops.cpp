@@ -7,6 +7,7 @@
 #include <boost/container/small_vector.hpp>
 
 #include <climits>
+#include <cmath>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -614,7 +615,8 @@ tensor clamp(const tensor& x, double lo, double hi) {
   }
   // The bounds are weak: for an integer tensor, integral bounds keep its dtype.
   auto bound = [&](double v) {
-    if (!is_floating(x.dtype()) && v == static_cast<double>(static_cast<std::int64_t>(v))) {
+    // Range first: converting a double outside int64's range is undefined behaviour.
+    if (!is_floating(x.dtype()) && std::fabs(v) < 0x1p63 && v == std::trunc(v)) {
       return detail::make_scalar(static_cast<std::int64_t>(v));
     }
     return detail::make_scalar(v);

@@ -189,6 +189,10 @@ TEST_SUITE("ops_dtypes") {
     const tensor ints = from_vector(std::vector<std::int64_t>{-5, 0, 5}, {3});
     CHECK(clamp(ints, -2, 2).dtype() == dtype::int64);
     CHECK(clamp(ints, -2, 2).to_vector<std::int64_t>() == std::vector<std::int64_t>{-2, 0, 2});
+    // Bounds beyond int64 are float bounds (no undefined conversion to int64: UBSan checks it).
+    CHECK(clamp(ints, -1e19, 1e19).dtype() == dtype::float32);
+    CHECK(clamp(ints, -1e19, 1e19).to_vector() == std::vector<float>{-5, 0, 5});
+    CHECK(clamp(ints, -1e19, 2.5).to_vector() == std::vector<float>{-5, 0, 2.5F});
     const tensor cond = from_vector(std::vector<bool>{true, false}, {2, 1});
     const tensor w = where(cond, ints, from_vector({0.5F}, {1}));  // [2, 3], float32
     CHECK(w.shape() == shape{2, 3});
