@@ -153,7 +153,7 @@ std::vector<value> values_of(const tensor& t) {
       for (std::size_t i = 0; i < n; ++i) {
         bytes[i] = xs[i] ? 1 : 0;
       }
-    } else {
+    } else if (!bytes.empty()) {
       std::memcpy(bytes.data(), xs.data(), bytes.size());
     }
   };
