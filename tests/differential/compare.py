@@ -137,8 +137,9 @@ TOLERANCES = {
 # Where one peer is less accurate than cotensor's and the other peer's reference: that peer's
 # tolerance (the other keeps TOLERANCES).
 PEER_TOLERANCES = {
-    # PyTorch's float32 sqrt on the CPU is not always correctly rounded (1 ulp off).
-    ("PyTorch", "sqrt"): {F16: 0, BF16: 0, F32: 1, F64: 0},
+    # PyTorch's float32 and float64 sqrt on the CPU are not always correctly rounded (1 ulp
+    # off, where NumPy's agree with cotensor's).
+    ("PyTorch", "sqrt"): {F16: 0, BF16: 0, F32: 1, F64: 1},
 }
 
 NP_DTYPES = {
