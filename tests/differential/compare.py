@@ -294,7 +294,8 @@ def np_call(f, *args):
     try:
         with np.errstate(all="ignore"):
             return f(*args)
-    except (TypeError, ValueError, OverflowError, IndexError, np.exceptions.DTypePromotionError) as e:
+    except (TypeError, ValueError, OverflowError, IndexError,
+            np.exceptions.DTypePromotionError) as e:
         raise Refused(f"{type(e).__name__}: {e}") from e
 
 
