@@ -7,6 +7,7 @@
 #include <boost/container/small_vector.hpp>
 
 #include <climits>
+#include <cmath>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -92,7 +93,18 @@ tensor cast_to(const tensor& x, dtype t, const char* op) {
 scalar_arg scalar_for(const char* op, scalar s, dtype t) {
   scalar_arg a;
   if (is_floating(t)) {
-    a.f = s.f;
+    // Weak: the scalar becomes an element of the tensor's dtype before the op, as in NumPy
+    // (NEP 50) and PyTorch, so `float16 * 0.1` multiplies by float16(0.1); converted as astype
+    // converts a float64 (through float32, as PyTorch), so `x + v` is `x + full(v, dtype)`.
+    if (t == dtype::float16) {
+      a.f = static_cast<float>(float16_t(static_cast<float>(s.f)));
+    } else if (t == dtype::bfloat16) {
+      a.f = static_cast<float>(bfloat16_t(static_cast<float>(s.f)));
+    } else if (t == dtype::float32) {
+      a.f = static_cast<float>(s.f);
+    } else {
+      a.f = s.f;
+    }
     return a;
   }
   if (s.k == scalar::kind::floating) {
@@ -618,11 +630,15 @@ tensor operator!(const tensor& a) {
   return logical_not(a);
 }
 
+// On bool, the maximum is logical or and the minimum logical and (False < True, as NumPy and
+// PyTorch order them); the kernels have no bool maximum or minimum.
 tensor maximum(const tensor& a, const tensor& b) {
-  return detail::binary("maximum", binary_op::maximum, a, b);
+  const bool logical = promote_types(a.dtype(), b.dtype()) == dtype::boolean;
+  return detail::binary("maximum", logical ? binary_op::logical_or : binary_op::maximum, a, b);
 }
 tensor minimum(const tensor& a, const tensor& b) {
-  return detail::binary("minimum", binary_op::minimum, a, b);
+  const bool logical = promote_types(a.dtype(), b.dtype()) == dtype::boolean;
+  return detail::binary("minimum", logical ? binary_op::logical_and : binary_op::minimum, a, b);
 }
 tensor abs(const tensor& x) { return unary("abs", unary_op::abs, x); }
 
@@ -633,7 +649,8 @@ tensor clamp(const tensor& x, double lo, double hi) {
   }
   // The bounds are weak: for an integer tensor, integral bounds keep its dtype.
   auto bound = [&](double v) {
-    if (!is_floating(x.dtype()) && v == static_cast<double>(static_cast<std::int64_t>(v))) {
+    // Range first: converting a double outside int64's range is undefined behaviour.
+    if (!is_floating(x.dtype()) && std::fabs(v) < 0x1p63 && v == std::trunc(v)) {
       return detail::make_scalar(static_cast<std::int64_t>(v));
     }
     return detail::make_scalar(v);
@@ -872,8 +889,10 @@ tensor index_select(const tensor& x, int axis, const tensor& index) {
   const auto& in = x.storage();
   const auto& idx = index.storage();
   detail::issue("index_select", {in, idx}, {out},
-                [k = &k, item = itemsize(t), pin = in.get(), pi = idx.get(), po = out.get(), outer,
-                 extent = x.shape()[ax], inner, count] {
+                // Structured bindings captured by name (init-captures): clang 14 cannot
+                // capture them plainly.
+                [k = &k, item = itemsize(t), pin = in.get(), pi = idx.get(), po = out.get(),
+                 outer = outer, extent = x.shape()[ax], inner = inner, count] {
                   k->index_select(item, pin->raw(), outer, extent, inner, pi->data<std::int64_t>(),
                                   count, po->raw());
                 });

@@ -94,6 +94,23 @@ TEST_SUITE("ops_dtypes") {
     CHECK((ones({2}, dtype::int32) < 1.5).dtype() == dtype::boolean);
     CHECK((ones({2}, dtype::int32) < 1.5).to_vector<bool>() == std::vector<bool>{true, true});
     CHECK((ones({2}, dtype::float16) * 2.5).to_vector() == std::vector<float>{2.5F, 2.5F});
+    // The scalar becomes an element of the tensor's dtype first (NEP 50, PyTorch): 0.1 is
+    // float16(0.1) = 0.0999755859375, so it compares equal to a float16 0.1 and adds as one.
+    const tensor tenth = full({1}, 0.1, dtype::float16);
+    CHECK((tenth == 0.1).to_vector<bool>() == std::vector<bool>{true});
+    CHECK((tenth < 0.1).to_vector<bool>() == std::vector<bool>{false});
+    // 0.1201171875 + bfloat16(0.1) is a tie between two bfloat16s (even: 0.220703125); with
+    // 0.1 unrounded it would round down to 0.2197265625.
+    const tensor b = full({1}, 0.1201171875, dtype::bfloat16);
+    CHECK((b + 0.1).item() == 0.220703125F);
+    // The scalar converts as astype converts a float64, so `x + v` is `x + full(v, dtype)`.
+    for (const double v : {0.1, 1.0 + 0x1p-11 + 0x1p-40, 1.0 + 0x1p-8 - 0x1p-40, 1e5, -3e38}) {
+      CAPTURE(v);
+      for (const dtype t : {dtype::float16, dtype::bfloat16, dtype::float32}) {
+        const tensor as_cast = from_vector(std::vector<double>{v}, {1}).astype(t);
+        CHECK(((zeros({1}, t) + v) == as_cast).item<bool>());
+      }
+    }
     // An integer scalar that does not fit the tensor's integer dtype is refused, as NumPy does.
     const tensor i32 = ones({2}, dtype::int32);
     check_rejected([&] { return i32 + (std::int64_t{1} << 40); });
@@ -228,6 +245,10 @@ TEST_SUITE("ops_dtypes") {
     const tensor ints = from_vector(std::vector<std::int64_t>{-5, 0, 5}, {3});
     CHECK(clamp(ints, -2, 2).dtype() == dtype::int64);
     CHECK(clamp(ints, -2, 2).to_vector<std::int64_t>() == std::vector<std::int64_t>{-2, 0, 2});
+    // Bounds beyond int64 are float bounds (no undefined conversion to int64: UBSan checks it).
+    CHECK(clamp(ints, -1e19, 1e19).dtype() == dtype::float32);
+    CHECK(clamp(ints, -1e19, 1e19).to_vector() == std::vector<float>{-5, 0, 5});
+    CHECK(clamp(ints, -1e19, 2.5).to_vector() == std::vector<float>{-5, 0, 2.5F});
     const tensor cond = from_vector(std::vector<bool>{true, false}, {2, 1});
     const tensor w = where(cond, ints, from_vector({0.5F}, {1}));  // [2, 3], float32
     CHECK(w.shape() == shape{2, 3});
@@ -249,6 +270,21 @@ TEST_SUITE("ops_dtypes") {
       CHECK((a > 1).to_vector<bool>() ==
             std::vector<bool>{false, false, t != dtype::boolean, t != dtype::boolean});
     }
+  }
+
+  TEST_CASE("maximum and minimum of bool tensors are logical or and and") {
+    const tensor a = from_vector(std::vector<bool>{false, false, true, true}, {4});
+    const tensor b = from_vector(std::vector<bool>{false, true, false, true}, {4});
+    CHECK(maximum(a, b).dtype() == dtype::boolean);
+    CHECK(maximum(a, b).to_vector<bool>() == std::vector<bool>{false, true, true, true});
+    CHECK(minimum(a, b).to_vector<bool>() == std::vector<bool>{false, false, false, true});
+    // Broadcast, and a bool with another dtype promotes as arithmetic does.
+    const tensor col = from_vector(std::vector<bool>{true, false}, {2, 1});
+    CHECK(maximum(col, a).to_vector<bool>() ==
+          std::vector<bool>{true, true, true, true, false, false, true, true});
+    const tensor ints = from_vector(std::vector<std::int32_t>{-1, 0, 1, 2}, {4});
+    CHECK(maximum(a, ints).dtype() == dtype::int32);
+    CHECK(maximum(a, ints).to_vector<std::int32_t>() == std::vector<std::int32_t>{0, 0, 1, 2});
   }
 
   TEST_CASE("reductions give the documented dtypes and propagate NaN") {

@@ -86,6 +86,32 @@ TEST_SUITE("ops_nn") {
           doctest::Approx(2.0 * 0.5 * (1.0 + std::erf(2.0 / std::sqrt(2.0)))));
   }
 
+  TEST_CASE("gelu keeps its relative accuracy far in the negative tail") {
+    // 1 + erf(x/√2) and 1 + tanh(u) cancel for x ≪ 0 (to 0 in double below about −8.3):
+    // the results are tiny but far from 0, and must be within a few ulps.
+    const std::vector<double> xs = {-3.0, -6.0, -8.0, -10.0};
+    const auto exact = [](long double x) { return 0.5L * x * std::erfc(-x / std::sqrt(2.0L)); };
+    const auto tanh_form = [](long double x) {
+      const long double k = std::sqrt(2.0L / 3.14159265358979323846L);
+      return x / (1.0L + std::exp(-2.0L * k * (x + 0.044715L * x * x * x)));
+    };
+    const tensor x64 = from_vector(xs, {4});
+    const auto g64 = gelu(x64).to_vector<double>();
+    const auto t64 = gelu(x64, true).to_vector<double>();
+    const auto g32 = gelu(x64.astype(dtype::float32)).to_vector<float>();
+    const auto t32 = gelu(x64.astype(dtype::float32), true).to_vector<float>();
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      CAPTURE(xs[i]);
+      const auto e = static_cast<double>(exact(xs[i]));
+      const auto t = static_cast<double>(tanh_form(xs[i]));
+      CHECK(e < 0.0);
+      CHECK(std::fabs(g64[i] - e) <= 1e-14 * std::fabs(e));
+      CHECK(std::fabs(t64[i] - t) <= 1e-14 * std::fabs(t));
+      CHECK(std::fabs(g32[i] - e) <= 1e-6 * std::fabs(e));
+      CHECK(std::fabs(t32[i] - t) <= 1e-6 * std::fabs(t));
+    }
+  }
+
   TEST_CASE("layer_norm normalises the last axis and applies weight and bias") {
     const tensor x = from_vector({1.0F, 2.0F, 3.0F, 4.0F, 10.0F, 10.0F, 10.0F, 10.0F}, {2, 4});
     const tensor w = from_vector({1.0F, 2.0F, 1.0F, 1.0F}, {4});

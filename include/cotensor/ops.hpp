@@ -61,9 +61,11 @@ tensor from_vector(std::vector<T> values, shape s, device d = device::cpu()) {
 /// Elementwise arithmetic. Tensor operands broadcast as in NumPy: trailing extents must be
 /// equal or 1 (so a row vector `[n]` or `[1, n]` broadcasts over an `[m, n]` matrix). The
 /// result's dtype is `promote_types` of the operands'; a C++ scalar is weak (it keeps the
-/// tensor's dtype when of the same kind: `float16 * 2.5` is float16, `int32 + 2` int32; a
-/// float scalar on an integer or bool tensor gives float32; an integer scalar that does not
-/// fit an integer tensor's dtype throws). Integers wrap on overflow. `/` is true division:
+/// tensor's dtype when of the same kind: `float16 * 2.5` is float16, `int32 + 2` int32, and is
+/// converted to that dtype first, as `astype` converts, as NumPy and PyTorch do: `float16 *
+/// 0.1` multiplies by float16(0.1); a float scalar on an integer or bool tensor gives float32;
+/// an integer scalar that does not fit an integer tensor's dtype throws). Integers wrap on
+/// overflow. `/` is true division:
 /// integers and bool divide as float32. On bool, `+` is logical or, `*` logical and, `-`
 /// throws. float16 and bfloat16 compute in float32 and round once.
 tensor operator+(const tensor& a, const tensor& b);
@@ -154,7 +156,8 @@ tensor operator!(const tensor& a);
 /// `cond ? a : b` elementwise, all three broadcast together; `cond` must be bool; the result's
 /// dtype is `promote_types(a, b)`.
 tensor where(const tensor& cond, const tensor& a, const tensor& b);
-/// The elementwise maximum and minimum, promoted as arithmetic; NaN propagates.
+/// The elementwise maximum and minimum, promoted as arithmetic; NaN propagates; on bool they
+/// are logical or and and.
 tensor maximum(const tensor& a, const tensor& b);
 tensor minimum(const tensor& a, const tensor& b);
 /// Elementwise |x| (integers wrap: |INT_MIN| is INT_MIN).

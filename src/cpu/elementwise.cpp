@@ -204,10 +204,12 @@ void unary_half_span(unary_op op, const T* in, T* out, std::int64_t n) {
   }
 }
 
-double gelu_erf(double x) { return 0.5 * x * (1.0 + std::erf(x * 0.70710678118654752440)); }
+// x·Φ(x) as x·erfc(−x/√2)/2, and the tanh form x·(1 + tanh u)/2 as x / (1 + e^(−2u)): 1 + erf
+// and 1 + tanh cancel for x ≪ 0, where these keep full relative accuracy.
+double gelu_erf(double x) { return 0.5 * x * std::erfc(x * -0.70710678118654752440); }
 double gelu_tanh(double x) {
   constexpr double k = 0.79788456080286535588;  // √(2/π)
-  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+  return x / (1.0 + std::exp(-2.0 * k * (x + 0.044715 * x * x * x)));
 }
 
 void unary_double_span(unary_op op, const double* in, double* out, std::int64_t n) {

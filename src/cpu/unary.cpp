@@ -60,16 +60,16 @@ decltype(auto) with_unary(unary_op op, F&& f) {
     return f([](float x) { return std::fabs(x); });
   case unary_op::logical_not:  // on bool only: the frontend casts first; here for completeness
     return f([](float x) { return x == 0.0F ? 1.0F : 0.0F; });
-  case unary_op::gelu_erf:  // x·Φ(x), in double and rounded once
+  case unary_op::gelu_erf:  // x·Φ(x) = x·erfc(−x/√2)/2, in double and rounded once
     return f([](float x) {
       const double d = x;
-      return static_cast<float>(0.5 * d * (1.0 + std::erf(d * 0.70710678118654752440)));
+      return static_cast<float>(0.5 * d * std::erfc(d * -0.70710678118654752440));
     });
-  case unary_op::gelu_tanh:  // the tanh approximation of GELU, in double and rounded once
+  case unary_op::gelu_tanh:  // x·(1 + tanh u)/2 = x / (1 + e^(−2u)), in double, rounded once
     return f([](float x) {
       const double d = x;
       const double k = 0.79788456080286535588;  // √(2/π)
-      return static_cast<float>(0.5 * d * (1.0 + std::tanh(k * (d + 0.044715 * d * d * d))));
+      return static_cast<float>(d / (1.0 + std::exp(-2.0 * k * (d + 0.044715 * d * d * d))));
     });
   case unary_op::sigmoid:
     break;
