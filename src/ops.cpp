@@ -630,15 +630,12 @@ tensor operator!(const tensor& a) {
   return logical_not(a);
 }
 
-// On bool, the maximum is logical or and the minimum logical and (False < True, as NumPy and
-// PyTorch order them); the kernels have no bool maximum or minimum.
+// On bool, the maximum is logical or and the minimum logical and (kernel_op above).
 tensor maximum(const tensor& a, const tensor& b) {
-  const bool logical = promote_types(a.dtype(), b.dtype()) == dtype::boolean;
-  return detail::binary("maximum", logical ? binary_op::logical_or : binary_op::maximum, a, b);
+  return detail::binary("maximum", binary_op::maximum, a, b);
 }
 tensor minimum(const tensor& a, const tensor& b) {
-  const bool logical = promote_types(a.dtype(), b.dtype()) == dtype::boolean;
-  return detail::binary("minimum", logical ? binary_op::logical_and : binary_op::minimum, a, b);
+  return detail::binary("minimum", binary_op::minimum, a, b);
 }
 tensor abs(const tensor& x) { return unary("abs", unary_op::abs, x); }
 

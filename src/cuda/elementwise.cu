@@ -152,13 +152,16 @@ __device__ inline C unary_math(C x) {
     const C e = dbl ? ::exp(-fabs(x)) : expf(-fabsf(x));
     return x < C{0} ? e / (C{1} + e) : C{1} / (C{1} + e);
   } else if constexpr (Op == unary_op::gelu_erf) {
-    const double d = x;  // in double and rounded once, as the CPU
-    return static_cast<C>(0.5 * d * (1.0 + ::erf(d * 0.70710678118654752440)));
+    // x·Φ(x) = x·erfc(−x/√2)/2, in double and rounded once, as the CPU (no cancellation for
+    // large negative x).
+    const double d = x;
+    return static_cast<C>(0.5 * d * ::erfc(d * -0.70710678118654752440));
   } else {
     static_assert(Op == unary_op::gelu_tanh);
+    // x·(1 + tanh u)/2 = x / (1 + e^(−2u)), in double and rounded once, as the CPU.
     const double d = x;
     const double k = 0.79788456080286535588;  // √(2/π)
-    return static_cast<C>(0.5 * d * (1.0 + ::tanh(k * (d + 0.044715 * d * d * d))));
+    return static_cast<C>(d / (1.0 + ::exp(-2.0 * k * (d + 0.044715 * d * d * d))));
   }
 }
 

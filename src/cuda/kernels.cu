@@ -68,8 +68,9 @@ __global__ void transpose_kernel(const T* in, T* out, std::int64_t rows, std::in
   }
 }
 
-// One thread per output element: the sum over the axis in double, in index order (the same
-// order as the CPU's, so the results agree to the last rounding to float).
+// One thread per output element: the sum over the axis in double, in index order, as the CPU's
+// (the same bits). Long rows go to sum_rows_kernel, whose order differs: there the results agree
+// with the CPU's within one rounding, not bit for bit.
 __global__ void sum_axis_kernel(const float* in,
                                 std::int64_t outer,
                                 std::int64_t extent,
@@ -89,9 +90,9 @@ __global__ void sum_axis_kernel(const float* in,
   }
 }
 
-// Sums along the last axis (inner = 1) of few long rows: one block per row, its threads
-// striding along the row in double, then a tree in shared memory (a fixed order: the same
-// bits every run).
+// Sums along the last axis (inner = 1) of rows of at least 4 x 256 elements, fewer than 65,536
+// of them: one block per row, its threads striding along the row in double, then a tree in
+// shared memory (a fixed order: the same bits every run, not the CPU's index order).
 __global__ void
 sum_rows_kernel(const float* in, std::int64_t rows, std::int64_t extent, double scale, float* out) {
   __shared__ double partial[threads];
