@@ -35,7 +35,7 @@ class comm_state;
 /// seconds from the environment, 300 without it) fails with `std::errc::timed_out` and marks
 /// the communicator broken: every later op on it fails at once with the same error. With
 /// `COTENSOR_DIST_CHECK=1` in the environment, each collective first all-gathers what every
-/// rank is about to start (its position, kind and size) and fails with a message naming the
+/// rank is about to start (its position, kind, dtype and size) and fails with a message naming the
 /// ranks that differ, instead of hanging.
 ///
 /// Thread safety: a communicator is a cheap handle (copies share one group); every member
