@@ -71,34 +71,16 @@ std::array<MPI_Op, 6>& half_ops() {
 }
 
 int half_op(dtype t, reduce_op op, MPI_Op& out) {
-  const bool half = t == dtype::float16;
-  const std::size_t which = (half ? 0 : 3) + (op == reduce_op::max   ? 1
-                                              : op == reduce_op::min ? 2
-                                                                     : 0);
+  static constexpr std::array<MPI_User_function*, 6> combine = {
+      &combine_halves<float16_t, reduce_op::sum>,  &combine_halves<float16_t, reduce_op::max>,
+      &combine_halves<float16_t, reduce_op::min>,  &combine_halves<bfloat16_t, reduce_op::sum>,
+      &combine_halves<bfloat16_t, reduce_op::max>, &combine_halves<bfloat16_t, reduce_op::min>};
+  const std::size_t which = (t == dtype::float16 ? 0 : 3) + (op == reduce_op::max   ? 1
+                                                             : op == reduce_op::min ? 2
+                                                                                    : 0);
   MPI_Op& slot = half_ops()[which];
   if (slot == MPI_OP_NULL) {
-    MPI_User_function* f = nullptr;
-    switch (which) {
-    case 0:
-      f = &combine_halves<float16_t, reduce_op::sum>;
-      break;
-    case 1:
-      f = &combine_halves<float16_t, reduce_op::max>;
-      break;
-    case 2:
-      f = &combine_halves<float16_t, reduce_op::min>;
-      break;
-    case 3:
-      f = &combine_halves<bfloat16_t, reduce_op::sum>;
-      break;
-    case 4:
-      f = &combine_halves<bfloat16_t, reduce_op::max>;
-      break;
-    default:
-      f = &combine_halves<bfloat16_t, reduce_op::min>;
-      break;
-    }
-    if (const int rc = MPI_Op_create(f, 1, &slot); rc != MPI_SUCCESS) {
+    if (const int rc = MPI_Op_create(combine[which], 1, &slot); rc != MPI_SUCCESS) {
       slot = MPI_OP_NULL;
       return rc;
     }
