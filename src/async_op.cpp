@@ -29,12 +29,19 @@ public:
   static void bind(async_op_context& ctx, const Buffers& reads, const Buffers& writes) {
     ctx.reads_.clear();
     ctx.writes_.clear();
+    // Every buffer gets its memory here; only float32 ones are seen as floats (the quick
+    // starts, which take any dtype, read the others' storage themselves).
     for (storage* s : reads) {
-      ctx.reads_.emplace_back(s->data(), static_cast<std::size_t>(s->numel()));
+      void* p = s->raw();
+      ctx.reads_.emplace_back(static_cast<const float*>(p), floats(*s));
     }
     for (storage* s : writes) {
-      ctx.writes_.emplace_back(s->data(), static_cast<std::size_t>(s->numel()));
+      void* p = s->raw();
+      ctx.writes_.emplace_back(static_cast<float*>(p), floats(*s));
     }
+  }
+  static std::size_t floats(const storage& s) noexcept {
+    return s.dtype() == dtype::float32 ? static_cast<std::size_t>(s.numel()) : 0;
   }
   static async_op_done done(op_completion c) noexcept { return async_op_done(std::move(c)); }
   static void complete_here(async_op_done& done, std::exception_ptr error) noexcept {
@@ -58,7 +65,8 @@ void issue(std::span<const tensor> reads,
       } else if (t.device() != first->device()) {
         throw_invalid(what, "tensors on different devices");
       }
-      if (t.dtype() != dtype::float32) {  // the context hands out floats
+      // The context hands out floats; cotensor's own quick starts take any dtype.
+      if (!quick_start && t.dtype() != dtype::float32) {
         throw_invalid(what, "takes float32 tensors, got " + std::string(name(t.dtype())));
       }
     }

@@ -2,6 +2,7 @@
 
 #include <cotensor/cotensor.hpp>
 
+#include "engine/storage.hpp"
 #include "faults.hpp"
 #include "frontend.hpp"
 #include "support/run.hpp"
@@ -566,6 +567,45 @@ TEST_SUITE("async_op quick start") {
     CHECK_FALSE(static_cast<bool>(*keep));  // left empty: nothing abandons the op
     y.wait();
     cotensor::detail::faults::reset();
+  }
+
+  TEST_CASE("a quick async op takes any dtype; its context shows floats of float32 only" *
+            doctest::timeout(20)) {
+    // The collectives' path: an int64 tensor, written through its storage, and a float32 one
+    // read as floats. A plain async_op still refuses the int64 one.
+    tensor ints = zeros({5}, dtype::int64);
+    tensor floats = full({3}, 2.0F);
+    std::size_t seen_ints = 99;
+    std::size_t seen_floats = 0;
+    struct start {
+      tensor target;
+      std::size_t* ints;
+      std::size_t* floats;
+      void operator()(async_op_context& ctx, async_op_done done) {
+        *ints = ctx.write(0).size();
+        *floats = ctx.read(0).size();
+        auto* p = target.storage()->data<std::int64_t>();
+        for (std::int64_t i = 0; i < target.numel(); ++i) {
+          p[i] = std::int64_t{1} << (40 + i);
+        }
+        done();
+      }
+    };
+    const std::vector<tensor> reads{floats};
+    const std::vector<tensor> writes{ints};
+    cotensor::detail::issue_quick_async_op(
+        reads, writes,
+        std::make_unique<cotensor::detail::async_start_for<start>>(
+            "quick", start{ints, &seen_ints, &seen_floats}));
+    const auto got = ints.to_vector<std::int64_t>();
+    CHECK(seen_ints == 0);
+    CHECK(seen_floats == 3);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CHECK(got[i] == std::int64_t{1} << (40 + i));
+    }
+    CHECK_THROWS_AS(
+        async_op("plain", {}, {ints}, [](async_op_context&, async_op_done done) { done(); }),
+        std::invalid_argument);
   }
 
   TEST_CASE("complete_here with an error fails the op and its waits" * doctest::timeout(20)) {

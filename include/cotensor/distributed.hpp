@@ -35,7 +35,7 @@ class comm_state;
 /// seconds from the environment, 300 without it) fails with `std::errc::timed_out` and marks
 /// the communicator broken: every later op on it fails at once with the same error. With
 /// `COTENSOR_DIST_CHECK=1` in the environment, each collective first all-gathers what every
-/// rank is about to start (its position, kind and size) and fails with a message naming the
+/// rank is about to start (its position, kind, dtype and size) and fails with a message naming the
 /// ranks that differ, instead of hanging.
 ///
 /// Thread safety: a communicator is a cheap handle (copies share one group); every member
@@ -82,10 +82,16 @@ private:
 };
 
 /// How `all_reduce` and `reduce_scatter` combine the ranks' values, elementwise. `avg` is the
-/// sum divided by the group's size.
+/// sum divided by the group's size; on int32 and int64 the division truncates toward zero (as
+/// NCCL's ncclAvg on integers). On bool, `sum` and `max` are a logical or, `min` a logical and,
+/// and `avg` is refused. float16 and bfloat16 combine in float32 and round to their dtype at
+/// each combine of two ranks' values (so a sum over n ranks rounds n - 1 times, in an order
+/// the library chooses). The table is in docs/distributed.md.
 enum class reduce_op { sum, avg, max, min };
 
-// Every function below issues one engine op and returns at once. The op is ordered with the
+// Every function below takes tensors of every dtype (one dtype per call, the same on every
+// rank: MPI counts elements and cannot see a difference; COTENSOR_DIST_CHECK=1 does). It
+// issues one engine op and returns at once. The op is ordered with the
 // ops around it by the tensors it touches, like any op, and awaited like any op (`co_await
 // t.ready()`, `wait`, `wait_all`, scopes).
 //
@@ -101,15 +107,15 @@ enum class reduce_op { sum, avg, max, min };
 // wait) and runs on a stream of the communicator's own, so compute on other tensors overlaps it.
 //
 // Errors: bad arguments throw std::invalid_argument at the call, with nothing issued: an empty
-// tensor, a rank out of range, a GPU tensor in a build without NCCL or in `send`/`recv`, a
-// second device on one communicator, a shape the op cannot split. NCCL missing or failing to
-// set up throws std::system_error at the call (and breaks the communicator). A failure later
-// fails the op and so every wait on what it writes: an MPI or NCCL error (std::system_error
-// naming it, categories "mpi" and "nccl"), a timeout or a broken communicator
-// (std::system_error, std::errc::timed_out), a mismatch found by COTENSOR_DIST_CHECK
-// (std::runtime_error; CPU collectives only). An error in an input (from the op that computed
-// it) passes on to the outputs; the collective still takes part with zeros, so that the other
-// ranks do not hang.
+// tensor, a rank out of range, `avg` on a bool tensor, a GPU tensor in a build without NCCL or
+// in `send`/`recv`, a second device on one communicator, a shape the op cannot split. NCCL
+// missing or failing to set up throws std::system_error at the call (and breaks the
+// communicator). A failure later fails the op and so every wait on what it writes: an MPI or
+// NCCL error (std::system_error naming it, categories "mpi" and "nccl"), a timeout or a broken
+// communicator (std::system_error, std::errc::timed_out), a mismatch found by
+// COTENSOR_DIST_CHECK (std::runtime_error; CPU collectives only). An error in an input (from
+// the op that computed it) passes on to the outputs; the collective still takes part with
+// zeros, so that the other ranks do not hang.
 //
 // Cancellation: none: an op in flight runs to its end or its timeout.
 //

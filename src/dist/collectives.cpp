@@ -5,6 +5,7 @@
 #include "cotensor/distributed.hpp"
 
 #include "dist/comm_state.hpp"
+#include "engine/storage.hpp"
 #if COTENSOR_HAVE_NCCL
 #include "dist/nccl.hpp"
 #endif
@@ -51,9 +52,13 @@ void check_tensor(const char* what, const tensor& t, bool gpu_ok = true) {
   if (t.numel() > INT_MAX) {
     cotensor::detail::throw_invalid(what, "more than INT_MAX elements (MPI-3.1 counts are int)");
   }
-  if (t.dtype() != dtype::float32) {
-    cotensor::detail::throw_invalid(what, "takes float32 tensors today, got " +
-                                              std::string(name(t.dtype())));
+}
+
+// A reduction's dtype: every one but bool's avg (bool reduces as logical or and and).
+void check_reduce(const char* what, const tensor& t, reduce_op op) {
+  if (t.dtype() == dtype::boolean && op == reduce_op::avg) {
+    cotensor::detail::throw_invalid(what, "reduce_op::avg on a bool tensor (bool reduces by sum "
+                                          "or max, a logical or, and min, a logical and)");
   }
 }
 
@@ -87,21 +92,24 @@ public:
     }
   }
 
-  void operator()(async_op_context& ctx, async_op_done done) {
-    auto r = std::move(r_);
-    switch (r->kind) {
+  // The buffers, of any dtype, through the tensors kept (`keep`: the input first), whose memory
+  // the engine gave them before this start.
+  void operator()(async_op_context& /*ctx*/, async_op_done done) {
+    const auto& keep = r_->keep;
+    switch (r_->kind) {
     case op_kind::all_gather:
     case op_kind::reduce_scatter:
-      r->in = ctx.read(0).data();
-      r->out = ctx.write(0).data();
+      r_->in = keep.at(0).storage()->raw();
+      r_->out = keep.at(1).storage()->raw();
       break;
     case op_kind::send:
-      r->in = ctx.read(0).data();
+      r_->in = keep.at(0).storage()->raw();
       break;
     default:  // in place, or into t
-      r->out = ctx.write(0).data();
+      r_->out = keep.at(0).storage()->raw();
       break;
     }
+    auto r = std::move(r_);
     r->done = std::move(done);
     state_->post(std::move(r));
   }
@@ -123,10 +131,12 @@ void issue(const char* what,
       std::make_unique<cotensor::detail::async_start_for<handoff>>(what, std::move(start)));
 }
 
-std::unique_ptr<request> make_request(const communicator& c, op_kind kind, int count) {
+std::unique_ptr<request>
+make_request(const communicator& c, op_kind kind, int count, const tensor& t) {
   auto r = std::make_unique<request>();
   r->kind = kind;
   r->count = count;
+  r->type = t.dtype();
   r->seq = c.state()->next_seq(detail::is_collective(kind), r->coll_seq);
   return r;
 }
@@ -136,6 +146,7 @@ std::unique_ptr<request> make_request(const communicator& c, op_kind kind, int c
 void all_reduce(tensor& t, reduce_op op, const communicator& c) {
   const char* what = "dist::all_reduce";
   check_tensor(what, t);
+  check_reduce(what, t, op);
 #if COTENSOR_HAVE_NCCL
   if (on_gpu(t)) {
     detail::issue_on_gpu(c, what, op_kind::all_reduce, op, 0, nullptr, t,
@@ -143,7 +154,7 @@ void all_reduce(tensor& t, reduce_op op, const communicator& c) {
     return;
   }
 #endif
-  auto r = make_request(c, op_kind::all_reduce, static_cast<int>(t.numel()));
+  auto r = make_request(c, op_kind::all_reduce, static_cast<int>(t.numel()), t);
   r->op = op;
   r->keep = {t};
   issue(what, {}, {t}, handoff(c.state(), std::move(r)));
@@ -160,7 +171,7 @@ void broadcast(tensor& t, int root, const communicator& c) {
     return;
   }
 #endif
-  auto r = make_request(c, op_kind::broadcast, static_cast<int>(t.numel()));
+  auto r = make_request(c, op_kind::broadcast, static_cast<int>(t.numel()), t);
   r->peer = root;
   r->keep = {t};
   issue(what, {}, {t}, handoff(c.state(), std::move(r)));
@@ -172,7 +183,7 @@ tensor all_gather(const tensor& t, const communicator& c) {
   std::vector<std::int64_t> extents{c.size()};
   extents.insert(extents.end(), t.shape().extents().begin(), t.shape().extents().end());
   const shape s{std::span<const std::int64_t>(extents)};
-  tensor out(cotensor::detail::allocate(what, s, t.device()), s);
+  tensor out(cotensor::detail::allocate(what, s, t.device(), t.dtype()), s);
 #if COTENSOR_HAVE_NCCL
   if (on_gpu(t)) {
     detail::issue_on_gpu(c, what, op_kind::all_gather, reduce_op::sum, 0, &t, out,
@@ -180,7 +191,7 @@ tensor all_gather(const tensor& t, const communicator& c) {
     return out;
   }
 #endif
-  auto r = make_request(c, op_kind::all_gather, static_cast<int>(t.numel()));
+  auto r = make_request(c, op_kind::all_gather, static_cast<int>(t.numel()), t);
   r->keep = {t, out};
   issue(what, {t}, {out}, handoff(c.state(), std::move(r)));
   return out;
@@ -189,6 +200,7 @@ tensor all_gather(const tensor& t, const communicator& c) {
 tensor reduce_scatter(const tensor& t, reduce_op op, const communicator& c) {
   const char* what = "dist::reduce_scatter";
   check_tensor(what, t);
+  check_reduce(what, t, op);
   if (t.rank() == 0 || t.shape()[0] % c.size() != 0) {
     cotensor::detail::throw_invalid(what, "the first dimension of shape " + t.shape().to_string() +
                                               " does not divide by " + std::to_string(c.size()) +
@@ -197,7 +209,7 @@ tensor reduce_scatter(const tensor& t, reduce_op op, const communicator& c) {
   std::vector<std::int64_t> extents(t.shape().extents().begin(), t.shape().extents().end());
   extents[0] /= c.size();
   const shape s{std::span<const std::int64_t>(extents)};
-  tensor out(cotensor::detail::allocate(what, s, t.device()), s);
+  tensor out(cotensor::detail::allocate(what, s, t.device(), t.dtype()), s);
 #if COTENSOR_HAVE_NCCL
   if (on_gpu(t)) {
     detail::issue_on_gpu(c, what, op_kind::reduce_scatter, op, 0, &t, out,
@@ -205,7 +217,7 @@ tensor reduce_scatter(const tensor& t, reduce_op op, const communicator& c) {
     return out;
   }
 #endif
-  auto r = make_request(c, op_kind::reduce_scatter, static_cast<int>(s.numel()));
+  auto r = make_request(c, op_kind::reduce_scatter, static_cast<int>(s.numel()), t);
   r->op = op;
   r->keep = {t, out};
   issue(what, {t}, {out}, handoff(c.state(), std::move(r)));
@@ -219,7 +231,7 @@ void send(const tensor& t, int dest, int tag, const communicator& c) {
   if (tag < 0) {
     cotensor::detail::throw_invalid(what, "negative tag " + std::to_string(tag));
   }
-  auto r = make_request(c, op_kind::send, static_cast<int>(t.numel()));
+  auto r = make_request(c, op_kind::send, static_cast<int>(t.numel()), t);
   r->peer = dest;
   r->tag = tag;
   r->keep = {t};
@@ -233,7 +245,7 @@ void recv(tensor& t, int source, int tag, const communicator& c) {
   if (tag < 0) {
     cotensor::detail::throw_invalid(what, "negative tag " + std::to_string(tag));
   }
-  auto r = make_request(c, op_kind::recv, static_cast<int>(t.numel()));
+  auto r = make_request(c, op_kind::recv, static_cast<int>(t.numel()), t);
   r->peer = source;
   r->tag = tag;
   r->keep = {t};

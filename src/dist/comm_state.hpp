@@ -61,6 +61,10 @@ enum class op_kind : std::uint8_t {
   setup  // a blocking step of the GPU path's setup (NCCL's id, broadcast), in issue order
 };
 const char* kind_name(op_kind k) noexcept;
+
+/// Frees the MPI ops made for float16 and bfloat16 reductions (MPI_Op_create), if any; under
+/// `mpi_lock()`, before MPI_Finalize.
+void free_reduce_ops() noexcept;
 inline bool is_collective(op_kind k) noexcept { return k != op_kind::send && k != op_kind::recv; }
 
 class comm_state;
@@ -74,11 +78,12 @@ struct request {
   reduce_op op = reduce_op::sum;
   int peer = 0;  // root, dest or source
   int tag = 0;
-  int count = 0;              // elements per rank: t.numel(), reduce_scatter's block
-  const float* in = nullptr;  // null: in place on `out`
-  float* out = nullptr;
+  int count = 0;                          // elements per rank: t.numel(), reduce_scatter's block
+  cotensor::dtype type = dtype::float32;  // of every tensor of the op
+  const void* in = nullptr;               // null: in place on `out`
+  void* out = nullptr;
   std::optional<cotensor::async_op_done> done;  // empty for a phantom
-  std::vector<float> scratch;                   // a phantom's buffers
+  std::vector<std::byte> scratch;               // a phantom's buffers
   std::vector<tensor> keep;  // the tensors MPI touches, alive while it may (timeouts)
   // split
   int color = 0;

@@ -9,23 +9,151 @@
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 
 namespace cotensor::dist::detail {
 
 namespace {
 
-MPI_Op mpi_op(reduce_op op) noexcept {
-  switch (op) {
-  case reduce_op::max:
-    return MPI_MAX;
-  case reduce_op::min:
-    return MPI_MIN;
-  case reduce_op::sum:
-  case reduce_op::avg:
+// The MPI type that carries `t`'s elements. float16 and bfloat16 travel as MPI_UINT16_T (MPI
+// has no 2-byte float) and are reduced by ops of our own (half_op); bool as MPI_UINT8_T.
+MPI_Datatype mpi_type(dtype t) noexcept {
+  switch (t) {
+  case dtype::boolean:
+    return MPI_UINT8_T;
+  case dtype::int32:
+    return MPI_INT32_T;
+  case dtype::int64:
+    return MPI_INT64_T;
+  case dtype::float16:
+  case dtype::bfloat16:
+    return MPI_UINT16_T;
+  case dtype::float64:
+    return MPI_DOUBLE;
+  case dtype::float32:
     break;
   }
-  return MPI_SUM;  // avg: the sum, divided by the size when it completes
+  return MPI_FLOAT;
+}
+
+// float16 and bfloat16 combine in float32, rounded to the type once per combine: MPI calls
+// this with a block of one rank's (or one partial result's) elements in `in`, and `inout`.
+// max and min keep one operand's bits (a NaN wins), so only sums round.
+template <class T, reduce_op Op>
+void combine_halves(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const T*>(in);
+  auto* b = static_cast<T*>(inout);
+  const auto n = static_cast<std::size_t>(*len);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float x = a[i];
+    const float y = b[i];
+    if constexpr (Op == reduce_op::max) {
+      if (x > y || x != x) {
+        b[i] = a[i];
+      }
+    } else if constexpr (Op == reduce_op::min) {
+      if (x < y || x != x) {
+        b[i] = a[i];
+      }
+    } else {
+      b[i] = T(x + y);
+    }
+  }
+}
+
+// The ops of combine_halves, made on first use (MPI_Op_create, commutative), freed before
+// MPI_Finalize (free_reduce_ops). Under mpi_lock().
+std::array<MPI_Op, 6>& half_ops() {
+  static std::array<MPI_Op, 6> ops = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL,
+                                      MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  return ops;
+}
+
+int half_op(dtype t, reduce_op op, MPI_Op& out) {
+  static constexpr std::array<MPI_User_function*, 6> combine = {
+      &combine_halves<float16_t, reduce_op::sum>,  &combine_halves<float16_t, reduce_op::max>,
+      &combine_halves<float16_t, reduce_op::min>,  &combine_halves<bfloat16_t, reduce_op::sum>,
+      &combine_halves<bfloat16_t, reduce_op::max>, &combine_halves<bfloat16_t, reduce_op::min>};
+  const std::size_t which = (t == dtype::float16 ? 0 : 3) + (op == reduce_op::max   ? 1
+                                                             : op == reduce_op::min ? 2
+                                                                                    : 0);
+  MPI_Op& slot = half_ops()[which];
+  if (slot == MPI_OP_NULL) {
+    if (const int rc = MPI_Op_create(combine[which], 1, &slot); rc != MPI_SUCCESS) {
+      slot = MPI_OP_NULL;
+      return rc;
+    }
+  }
+  out = slot;
+  return MPI_SUCCESS;
+}
+
+// The MPI op that reduces `t` by `op`, into `out`; MPI's error code. avg is the sum, divided
+// by the size when it completes (finish). bool: sum and max are MPI_MAX (logical or), min is
+// MPI_MIN (logical and); its avg is refused at the call.
+int mpi_op(reduce_op op, dtype t, MPI_Op& out) {
+  if (t == dtype::float16 || t == dtype::bfloat16) {
+    return half_op(t, op, out);
+  }
+  switch (op) {
+  case reduce_op::max:
+    out = MPI_MAX;
+    break;
+  case reduce_op::min:
+    out = MPI_MIN;
+    break;
+  case reduce_op::sum:
+  case reduce_op::avg:
+    out = t == dtype::boolean ? MPI_MAX : MPI_SUM;
+    break;
+  }
+  return MPI_SUCCESS;
+}
+
+// The average from the sum of `n` elements at `p`, on `size` ranks: floats divided (float32
+// multiplied by 1/size, as always; float16 and bfloat16 in float32, rounded once), integers
+// divided with truncation toward zero, as NCCL's ncclAvg on integers.
+template <class T>
+void divide(void* p, int n, int size) {
+  auto* x = static_cast<T*>(p);
+  for (int i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>) {
+      x[i] = T(static_cast<float>(x[i]) / static_cast<float>(size));
+    } else {
+      x[i] = static_cast<T>(x[i] / static_cast<T>(size));
+    }
+  }
+}
+
+void average(dtype t, void* p, int n, int size) {
+  switch (t) {
+  case dtype::float32: {
+    auto* x = static_cast<float*>(p);
+    const float inv = 1.0F / static_cast<float>(size);
+    for (int i = 0; i < n; ++i) {
+      x[i] *= inv;
+    }
+    break;
+  }
+  case dtype::float64:
+    divide<double>(p, n, size);
+    break;
+  case dtype::float16:
+    divide<float16_t>(p, n, size);
+    break;
+  case dtype::bfloat16:
+    divide<bfloat16_t>(p, n, size);
+    break;
+  case dtype::int32:
+    divide<std::int32_t>(p, n, size);
+    break;
+  case dtype::int64:
+    divide<std::int64_t>(p, n, size);
+    break;
+  case dtype::boolean:
+    break;  // refused at the call
+  }
 }
 
 std::uint64_t fnv1a(const std::array<std::uint64_t, 3>& words) noexcept {
@@ -79,6 +207,14 @@ const char* kind_name(op_kind k) noexcept {
   return "?";
 }
 
+void free_reduce_ops() noexcept {
+  for (MPI_Op& op : half_ops()) {
+    if (op != MPI_OP_NULL) {
+      MPI_Op_free(&op);
+    }
+  }
+}
+
 request::~request() {
   if (!done && !setup && split_result == nullptr) {
     return;
@@ -93,26 +229,26 @@ request::~request() {
 }
 
 void request::make_phantom(int size) {
-  const auto n = static_cast<std::size_t>(count);
+  const std::size_t n = static_cast<std::size_t>(count) * itemsize(type);  // bytes per rank
   const auto ranks = static_cast<std::size_t>(size);
   switch (kind) {
   case op_kind::all_gather:
-    scratch.assign(n + n * ranks, 0.0F);
+    scratch.assign(n + n * ranks, std::byte{0});
     in = scratch.data();
     out = scratch.data() + n;
     break;
   case op_kind::reduce_scatter:
-    scratch.assign(n * ranks + n, 0.0F);
+    scratch.assign(n * ranks + n, std::byte{0});
     in = scratch.data();
     out = scratch.data() + n * ranks;
     break;
   case op_kind::send:
-    scratch.assign(n, 0.0F);
+    scratch.assign(n, std::byte{0});
     in = scratch.data();
     out = nullptr;
     break;
   default:  // in place, or into `out`
-    scratch.assign(n, 0.0F);
+    scratch.assign(n, std::byte{0});
     in = nullptr;
     out = scratch.data();
     break;
@@ -346,7 +482,10 @@ void comm_state::start(std::unique_ptr<request> r) {
   }
   if (check_ && is_collective(r->kind)) {
     // Everyone says what it is about to start; a difference fails the op instead of hanging.
-    const std::array<std::uint64_t, 3> what{r->coll_seq, static_cast<std::uint64_t>(r->kind),
+    // The kind word holds the dtype too (above bit 8): ranks that differ in it fail as well.
+    const std::array<std::uint64_t, 3> what{r->coll_seq,
+                                            static_cast<std::uint64_t>(r->kind) |
+                                                (static_cast<std::uint64_t>(r->type) << 8),
                                             static_cast<std::uint64_t>(r->count)};
     r->check_mine = {fnv1a(what), what[0], what[1], what[2]};
     r->check_all.assign(r->check_mine.size() * static_cast<std::size_t>(size_), 0);
@@ -383,30 +522,38 @@ void comm_state::start_mpi(request& r) {
   int rc = MPI_SUCCESS;
   {
     std::lock_guard lock(mpi_lock());
+    const MPI_Datatype type = mpi_type(r.type);
+    MPI_Op op = MPI_OP_NULL;
     switch (r.kind) {
     case op_kind::all_reduce:
       r.call = "MPI_Iallreduce";
-      rc = MPI_Iallreduce(MPI_IN_PLACE, r.out, r.count, MPI_FLOAT, mpi_op(r.op), comm_, &req);
+      rc = mpi_op(r.op, r.type, op);
+      if (rc == MPI_SUCCESS) {
+        rc = MPI_Iallreduce(MPI_IN_PLACE, r.out, r.count, type, op, comm_, &req);
+      }
       break;
     case op_kind::broadcast:
       r.call = "MPI_Ibcast";
-      rc = MPI_Ibcast(r.out, r.count, MPI_FLOAT, r.peer, comm_, &req);
+      rc = MPI_Ibcast(r.out, r.count, type, r.peer, comm_, &req);
       break;
     case op_kind::all_gather:
       r.call = "MPI_Iallgather";
-      rc = MPI_Iallgather(r.in, r.count, MPI_FLOAT, r.out, r.count, MPI_FLOAT, comm_, &req);
+      rc = MPI_Iallgather(r.in, r.count, type, r.out, r.count, type, comm_, &req);
       break;
     case op_kind::reduce_scatter:
       r.call = "MPI_Ireduce_scatter_block";
-      rc = MPI_Ireduce_scatter_block(r.in, r.out, r.count, MPI_FLOAT, mpi_op(r.op), comm_, &req);
+      rc = mpi_op(r.op, r.type, op);
+      if (rc == MPI_SUCCESS) {
+        rc = MPI_Ireduce_scatter_block(r.in, r.out, r.count, type, op, comm_, &req);
+      }
       break;
     case op_kind::send:
       r.call = "MPI_Isend";
-      rc = MPI_Isend(r.in, r.count, MPI_FLOAT, r.peer, r.tag, comm_, &req);
+      rc = MPI_Isend(r.in, r.count, type, r.peer, r.tag, comm_, &req);
       break;
     case op_kind::recv:
       r.call = "MPI_Irecv";
-      rc = MPI_Irecv(r.out, r.count, MPI_FLOAT, r.peer, r.tag, comm_, &req);
+      rc = MPI_Irecv(r.out, r.count, type, r.peer, r.tag, comm_, &req);
       break;
     case op_kind::setup:
       r.call = "MPI_Ibcast";
@@ -477,7 +624,7 @@ bool comm_state::test_in_flight() {
                         std::string("cotensor::dist::") + kind_name(r->kind) + ": " + r->call);
     } else if (r->kind == op_kind::recv && !r->checking) {
       int got = 0;
-      MPI_Get_count(&statuses[static_cast<std::size_t>(k)], MPI_FLOAT, &got);
+      MPI_Get_count(&statuses[static_cast<std::size_t>(k)], mpi_type(r->type), &got);
       if (got != r->count) {
         error = std::make_exception_ptr(
             std::runtime_error("cotensor::dist::recv: received " + std::to_string(got) +
@@ -515,17 +662,21 @@ void comm_state::check_done(std::unique_ptr<request> r) {
     const std::uint64_t* theirs = r->check_all.data() + static_cast<std::size_t>(q) * 4;
     if (!std::equal(theirs, theirs + 4, r->check_mine.begin())) {
       mismatch = true;
-      const auto kind = static_cast<op_kind>(theirs[2]);
+      const std::uint64_t kind = theirs[2] & 0xffU;
+      const std::uint64_t type = theirs[2] >> 8;
       differ << "; rank " << q << " starts collective #" << theirs[1] << ", "
-             << (theirs[2] <= static_cast<std::uint64_t>(op_kind::setup) ? kind_name(kind) : "?")
-             << " of " << theirs[3] << " elements";
+             << (kind <= static_cast<std::uint64_t>(op_kind::setup)
+                     ? kind_name(static_cast<op_kind>(kind))
+                     : "?")
+             << " of " << theirs[3] << " "
+             << (type < dtype_count ? name(static_cast<dtype>(type)) : "?") << " elements";
     }
   }
   if (mismatch) {
     std::ostringstream what;
     what << "cotensor::dist: collectives issued in different orders (COTENSOR_DIST_CHECK): rank "
          << rank_ << " starts collective #" << r->coll_seq << ", " << kind_name(r->kind) << " of "
-         << r->count << " elements" << differ.str();
+         << r->count << " " << name(r->type) << " elements" << differ.str();
     // The ranks no longer agree on what comes next: nothing later on this group can match.
     auto error = mark_broken(std::make_exception_ptr(std::runtime_error(what.str())));
     finish(std::move(r), error);
@@ -542,10 +693,7 @@ void comm_state::check_done(std::unique_ptr<request> r) {
 void comm_state::finish(std::unique_ptr<request> r, std::exception_ptr error) {
   if (!error && (r->op == reduce_op::avg) &&
       (r->kind == op_kind::all_reduce || r->kind == op_kind::reduce_scatter)) {
-    const float inv = 1.0F / static_cast<float>(size_);
-    for (int i = 0; i < r->count; ++i) {
-      r->out[i] *= inv;
-    }
+    average(r->type, r->out, r->count, size_);
   }
   if (r->split_result != nullptr) {
     std::exchange(r->split_result, nullptr)->set_exception(error);  // only when it fails

@@ -127,6 +127,7 @@ public:
     world_->start_thread(init, [this] {
       std::lock_guard lock(mpi_lock());
       if (finalize_) {
+        free_reduce_ops();
         MPI_Finalize();
       }
     });

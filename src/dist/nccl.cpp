@@ -12,6 +12,7 @@
 #include "frontend.hpp"
 
 #include <condition_variable>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <future>
@@ -126,7 +127,34 @@ void check(ncclResult_t rc, const char* call) {
   }
 }
 
-ncclRedOp_t nccl_op(reduce_op op) noexcept {
+// NCCL's own type for each dtype; bool moves as bytes (ncclUint8), 0 or 1.
+ncclDataType_t nccl_type(dtype t) noexcept {
+  switch (t) {
+  case dtype::boolean:
+    return ncclUint8;
+  case dtype::int32:
+    return ncclInt32;
+  case dtype::int64:
+    return ncclInt64;
+  case dtype::float16:
+    return ncclFloat16;
+  case dtype::bfloat16:
+    return ncclBfloat16;
+  case dtype::float64:
+    return ncclFloat64;
+  case dtype::float32:
+    break;
+  }
+  return ncclFloat32;
+}
+
+// ncclAvg on integers is the sum divided with truncation toward zero, as on the CPU path. bool
+// reduces by ncclMax (sum, max: logical or) and ncclMin (logical and); its avg is refused at
+// the call.
+ncclRedOp_t nccl_op(reduce_op op, dtype t) noexcept {
+  if (t == dtype::boolean) {
+    return op == reduce_op::min ? ncclMin : ncclMax;
+  }
   switch (op) {
   case reduce_op::avg:
     return ncclAvg;
@@ -172,7 +200,8 @@ public:
 
   /// On the device's launcher: enqueues the collective on our stream after the compute
   /// stream's work, and has the launch end it when that is done.
-  void launch(op_kind kind, reduce_op op, int root, const float* in, float* out, std::size_t n) {
+  void launch(
+      op_kind kind, reduce_op op, dtype type, int root, const void* in, void* out, std::size_t n) {
     auto& l = cotensor::detail::cuda::launch_here();
     // Held across the enqueue: the watchdog aborts the NCCL communicator only between calls.
     std::lock_guard launching(launch_mu_);
@@ -185,14 +214,14 @@ public:
     // that hangs.
     l.stream = stream_;
     l.after = {&in_flight::finished, track()};
-    enqueue(kind, op, root, in, out, n);
+    enqueue(kind, op, type, root, in, out, n);
   }
 
   /// For a collective whose op was skipped (an error in its input) or dropped: takes part on
   /// zeroed scratch memory, so that the other ranks' collective does not hang. On the device's
   /// launcher, where the skipped op is retired; elsewhere (an op never issued) or on failure,
   /// breaks the communicator instead.
-  void phantom(op_kind kind, reduce_op op, int root, std::size_t n) noexcept {
+  void phantom(op_kind kind, reduce_op op, dtype type, int root, std::size_t n) noexcept {
     const auto* l = cotensor::detail::cuda::current_launch;
     try {
       if (l == nullptr || l->device->index() != dev_.index) {
@@ -207,12 +236,12 @@ public:
           kind == op_kind::reduce_scatter ? n * ranks : (kind == op_kind::all_gather ? n : 0);
       const std::size_t out_count = kind == op_kind::all_gather ? n * ranks : n;
       void* scratch = nullptr;
-      const std::size_t bytes = (in_count + out_count) * sizeof(float);
+      const std::size_t bytes = (in_count + out_count) * itemsize(type);
       COTENSOR_CUDA_CHECK(cudaMallocAsync(&scratch, bytes, stream_));
       COTENSOR_CUDA_CHECK(cudaMemsetAsync(scratch, 0, bytes, stream_));
-      auto* base = static_cast<float*>(scratch);
+      auto* base = static_cast<std::byte*>(scratch);
       try {
-        enqueue(kind, op, root, base, base + in_count, n);
+        enqueue(kind, op, type, root, base, base + in_count * itemsize(type), n);
       } catch (...) {
         COTENSOR_CUDA_LOG(cudaFreeAsync(scratch, stream_));
         throw;
@@ -251,20 +280,22 @@ private:
   }
 
   // The NCCL call; launch_mu_ held.
-  void enqueue(op_kind kind, reduce_op op, int root, const float* in, float* out, std::size_t n) {
+  void enqueue(
+      op_kind kind, reduce_op op, dtype type, int root, const void* in, void* out, std::size_t n) {
     const nccl_api& api = nccl();
+    const ncclDataType_t t = nccl_type(type);
     switch (kind) {
     case op_kind::all_reduce:
-      check(api.all_reduce(out, out, n, ncclFloat, nccl_op(op), comm_, stream_), "ncclAllReduce");
+      check(api.all_reduce(out, out, n, t, nccl_op(op, type), comm_, stream_), "ncclAllReduce");
       break;
     case op_kind::broadcast:
-      check(api.broadcast(out, out, n, ncclFloat, root, comm_, stream_), "ncclBroadcast");
+      check(api.broadcast(out, out, n, t, root, comm_, stream_), "ncclBroadcast");
       break;
     case op_kind::all_gather:
-      check(api.all_gather(in, out, n, ncclFloat, comm_, stream_), "ncclAllGather");
+      check(api.all_gather(in, out, n, t, comm_, stream_), "ncclAllGather");
       break;
     case op_kind::reduce_scatter:
-      check(api.reduce_scatter(in, out, n, ncclFloat, nccl_op(op), comm_, stream_),
+      check(api.reduce_scatter(in, out, n, t, nccl_op(op, type), comm_, stream_),
             "ncclReduceScatter");
       break;
     default:
@@ -516,34 +547,37 @@ public:
   gpu_call(std::shared_ptr<gpu_comm> comm,
            op_kind kind,
            reduce_op op,
+           dtype type,
            int root,
            std::size_t count,
            cotensor::detail::storage* in,
            cotensor::detail::storage* out) noexcept
-      : comm_(std::move(comm)), kind_(kind), op_(op), root_(root), count_(count), in_(in),
-        out_(out) {}
+      : comm_(std::move(comm)), kind_(kind), op_(op), type_(type), root_(root), count_(count),
+        in_(in), out_(out) {}
   gpu_call(gpu_call&& other) noexcept
-      : comm_(std::move(other.comm_)), kind_(other.kind_), op_(other.op_), root_(other.root_),
-        count_(other.count_), in_(other.in_), out_(other.out_),
+      : comm_(std::move(other.comm_)), kind_(other.kind_), op_(other.op_), type_(other.type_),
+        root_(other.root_), count_(other.count_), in_(other.in_), out_(other.out_),
         armed_(std::exchange(other.armed_, false)) {}
   gpu_call& operator=(gpu_call&&) = delete;
   gpu_call(const gpu_call&) = delete;
   gpu_call& operator=(const gpu_call&) = delete;
   ~gpu_call() {
     if (armed_ && comm_) {
-      comm_->phantom(kind_, op_, root_, count_);
+      comm_->phantom(kind_, op_, type_, root_, count_);
     }
   }
 
   void operator()() {
     armed_ = false;
-    comm_->launch(kind_, op_, root_, in_ != nullptr ? in_->data() : nullptr, out_->data(), count_);
+    comm_->launch(kind_, op_, type_, root_, in_ != nullptr ? in_->raw() : nullptr, out_->raw(),
+                  count_);
   }
 
 private:
   std::shared_ptr<gpu_comm> comm_;
   op_kind kind_;
   reduce_op op_;
+  dtype type_;
   int root_;
   std::size_t count_;
   cotensor::detail::storage* in_;
@@ -564,8 +598,8 @@ void issue_on_gpu(const communicator& c,
   auto g = gpu_comm_for(*c.state(), out.device(), what);
   const auto& written = out.storage();
   const auto& sequence = g->sequence().storage();
-  gpu_call call(g, kind, op, root, count, in != nullptr ? in->storage().get() : nullptr,
-                written.get());
+  gpu_call call(g, kind, op, out.dtype(), root, count,
+                in != nullptr ? in->storage().get() : nullptr, written.get());
   // In place (all_reduce, broadcast): `out` is read and written. Every GPU collective writes
   // its device's sequence tensor: they launch in issue order.
   if (in != nullptr) {

@@ -60,6 +60,63 @@ TEST_SUITE("distributed.nccl") {
     CHECK(on_host(s) == v);
   }
 
+  TEST_CASE("every collective on GPU tensors of every dtype: dtype, shape and values" *
+            doctest::timeout(120)) {
+    // Small integers, negative ones too: exact in every dtype. One rank: every reduction is
+    // the identity (an integer avg divides by 1), so a wrong NCCL type shows as other values.
+    std::vector<double> v(4096);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      v[i] = static_cast<double>(static_cast<int>(i % 200) - 100);
+    }
+    const tensor host = from_vector(v, {64, 64});
+    for (const dtype t : {dtype::int32, dtype::int64, dtype::float16, dtype::bfloat16,
+                          dtype::float32, dtype::float64}) {
+      CAPTURE(t);
+      for (const auto op :
+           {d::reduce_op::sum, d::reduce_op::avg, d::reduce_op::max, d::reduce_op::min}) {
+        tensor x = host.astype(t).to(gpu);
+        d::all_reduce(x, op);
+        CHECK(x.dtype() == t);
+        CHECK(x.to(device::cpu()).to_vector<double>() == v);
+      }
+      tensor b = host.astype(t).to(gpu);
+      d::broadcast(b, 0);
+      CHECK(b.to(device::cpu()).to_vector<double>() == v);
+      tensor g = d::all_gather(host.astype(t).to(gpu));
+      CHECK(g.dtype() == t);
+      CHECK(g.shape() == shape{1, 64, 64});
+      CHECK(g.to(device::cpu()).to_vector<double>() == v);
+      tensor s = d::reduce_scatter(host.astype(t).to(gpu), d::reduce_op::avg);
+      CHECK(s.dtype() == t);
+      CHECK(s.to(device::cpu()).to_vector<double>() == v);
+    }
+    // Large int64 values, beyond float64's 53 bits: moved and reduced as int64.
+    const std::int64_t big = (std::int64_t{1} << 60) + 1;
+    tensor i64 = from_vector(std::vector<std::int64_t>(1000, big), {1000}, gpu);
+    d::all_reduce(i64, d::reduce_op::max);
+    CHECK(i64.to(device::cpu()).to_vector<std::int64_t>() == std::vector<std::int64_t>(1000, big));
+  }
+
+  TEST_CASE("bool GPU collectives move bytes; avg on bool is refused" * doctest::timeout(120)) {
+    std::vector<bool> v(1000);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      v[i] = i % 3 == 0;
+    }
+    for (const auto op : {d::reduce_op::sum, d::reduce_op::max, d::reduce_op::min}) {
+      tensor x = from_vector(v, {1000}, gpu);
+      d::all_reduce(x, op);
+      CHECK(x.dtype() == dtype::boolean);
+      CHECK(x.to(device::cpu()).to_vector<bool>() == v);
+    }
+    tensor b = from_vector(v, {1000}, gpu);
+    CHECK_THROWS_AS(d::all_reduce(b, d::reduce_op::avg), std::invalid_argument);
+    d::broadcast(b, 0);
+    CHECK(b.to(device::cpu()).to_vector<bool>() == v);
+    tensor g = d::all_gather(b);
+    CHECK(g.shape() == shape{1, 1000});
+    CHECK(g.to(device::cpu()).to_vector<bool>() == v);
+  }
+
   TEST_CASE("a GPU collective is ordered with the GPU compute before and after it" *
             doctest::timeout(120)) {
     // Big enough that the kernels take a while: a collective that ran before its producer, or
