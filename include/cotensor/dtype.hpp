@@ -53,8 +53,12 @@ namespace detail {
 constexpr float float_from_bits(std::uint32_t u) noexcept { return std::bit_cast<float>(u); }
 constexpr std::uint32_t bits_of(float f) noexcept { return std::bit_cast<std::uint32_t>(f); }
 
-// IEEE binary16 from binary32, rounded to nearest even, NaN kept NaN (quiet). Branch-free apart
-// from selects, so loops of it vectorise. The float arithmetic does the rounding: scaling by
+// All ones when `c`, else zero: a select written as a mask, which GCC 12 vectorises where it
+// gives up on a branch or a conditional expression in the loop.
+constexpr std::uint32_t mask_if(bool c) noexcept { return 0U - static_cast<std::uint32_t>(c); }
+
+// IEEE binary16 from binary32, rounded to nearest even, NaN kept NaN (quiet). Branch-free (masks,
+// not selects), so loops of it vectorise. The float arithmetic does the rounding: scaling by
 // 2^112 and back by 2^-110 leaves the bits a half keeps, and adding a power of two chosen from
 // the exponent rounds the mantissa at the half's precision (its subnormals included).
 constexpr std::uint16_t half_bits_from_float(float f) noexcept {
@@ -63,16 +67,16 @@ constexpr std::uint16_t half_bits_from_float(float f) noexcept {
   const std::uint32_t sign = w & 0x80000000U;
   const float magnitude = float_from_bits(w & 0x7FFFFFFFU);
   float base = (magnitude * float_from_bits(0x77800000U)) * float_from_bits(0x08800000U);
-  std::uint32_t bias = shl1_w & 0xFF000000U;
-  if (bias < 0x71000000U) {
-    bias = 0x71000000U;
-  }
+  const std::uint32_t exponent = shl1_w & 0xFF000000U;
+  const std::uint32_t low = mask_if(exponent < 0x71000000U);
+  const std::uint32_t bias = (low & 0x71000000U) | (~low & exponent);
   base = float_from_bits((bias >> 1) + 0x07800000U) + base;
   const std::uint32_t bits = bits_of(base);
   const std::uint32_t exp_bits = (bits >> 13) & 0x00007C00U;
   const std::uint32_t mantissa_bits = bits & 0x00000FFFU;
   const std::uint32_t nonsign = exp_bits + mantissa_bits;
-  return static_cast<std::uint16_t>((sign >> 16) | (shl1_w > 0xFF000000U ? 0x7E00U : nonsign));
+  const std::uint32_t nan = mask_if(shl1_w > 0xFF000000U);
+  return static_cast<std::uint16_t>((sign >> 16) | (nan & 0x7E00U) | (~nan & nonsign));
 }
 
 // binary32 from binary16, exactly. Normal halves are rebiased by a multiplication, subnormals
@@ -84,8 +88,8 @@ constexpr float float_from_half_bits(std::uint16_t h) noexcept {
   const float normalized =
       float_from_bits((two_w >> 4) + (0xE0U << 23)) * float_from_bits(0x07800000U);
   const float denormalized = float_from_bits((two_w >> 17) | (126U << 23)) - 0.5F;
-  const std::uint32_t magnitude = two_w < (1U << 27) ? bits_of(denormalized) : bits_of(normalized);
-  return float_from_bits(sign | magnitude);
+  const std::uint32_t sub = mask_if(two_w < (1U << 27));
+  return float_from_bits(sign | (sub & bits_of(denormalized)) | (~sub & bits_of(normalized)));
 }
 
 // bfloat16 from binary32, rounded to nearest even; NaN stays a quiet NaN of the same sign
