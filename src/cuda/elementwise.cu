@@ -5,6 +5,7 @@
 // without fast math or fused multiply-add (see CMakeLists.txt).
 
 #include "cuda/cuda_error.hpp"
+#include "cuda/grid.cuh"
 #include "cuda/typed_kernels.hpp"
 #include "element.hpp"
 
@@ -14,26 +15,6 @@
 
 namespace cotensor::detail::cuda {
 namespace {
-
-constexpr int threads = 256;
-
-unsigned blocks_for(std::int64_t n) {
-  const std::int64_t b = (n + threads - 1) / threads;
-  return static_cast<unsigned>(std::clamp<std::int64_t>(b, 1, 65536));
-}
-
-void check_launch(const char* kernel) {
-  if (const cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
-    throw_cuda_error(rc, kernel, __FILE__, __LINE__);
-  }
-}
-
-__device__ inline std::int64_t first_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline std::int64_t grid_stride() {
-  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-}
 
 // Offsets of output element i in each operand: Strides operands of layout `l`.
 template <int N>

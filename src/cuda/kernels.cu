@@ -3,6 +3,7 @@
 // division correctly rounded, no fused multiply-add (randn's bits are the CPU's).
 
 #include "cuda/cuda_error.hpp"
+#include "cuda/grid.cuh"
 #include "cuda/kernels.hpp"
 #include "cuda/typed_kernels.hpp"
 #include "philox_normal.hpp"
@@ -13,28 +14,6 @@
 
 namespace cotensor::detail::cuda {
 namespace {
-
-constexpr int threads = 256;
-
-// Enough blocks for `n` threads' work with grid-stride loops, at most 2^16 blocks (every SM of
-// an H100 busy many times over).
-unsigned blocks_for(std::int64_t n) {
-  const std::int64_t b = (n + threads - 1) / threads;
-  return static_cast<unsigned>(std::clamp<std::int64_t>(b, 1, 65536));
-}
-
-void check_launch(const char* kernel) {
-  if (const cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
-    throw_cuda_error(rc, kernel, __FILE__, __LINE__);
-  }
-}
-
-__device__ inline std::int64_t first_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline std::int64_t grid_stride() {
-  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-}
 
 // 32 × 32 tiles through shared memory (one column of padding against bank conflicts): reads
 // and writes both coalesced.

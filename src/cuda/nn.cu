@@ -4,6 +4,7 @@
 // accumulate in double.
 
 #include "cuda/cuda_error.hpp"
+#include "cuda/grid.cuh"
 #include "cuda/typed_kernels.hpp"
 #include "element.hpp"
 
@@ -17,12 +18,6 @@ namespace cotensor::detail::cuda {
 namespace {
 
 constexpr int row_threads = 256;
-
-void check_launch(const char* kernel) {
-  if (const cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
-    throw_cuda_error(rc, kernel, __FILE__, __LINE__);
-  }
-}
 
 unsigned row_blocks(std::int64_t rows) {
   return static_cast<unsigned>(std::clamp<std::int64_t>(rows, 1, 65535));
@@ -148,8 +143,7 @@ __global__ void index_select_kernel(const Word* in,
                                     Word* out,
                                     int* bad_index) {
   const std::int64_t n = outer * count * inner;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
     const std::int64_t e = i % inner;
     const std::int64_t row = i / inner;  // o * count + j
     const std::int64_t j = row % count;
@@ -231,12 +225,11 @@ void launch_index_select(cudaStream_t stream,
   if (n == 0) {
     return;
   }
-  const auto blocks = static_cast<unsigned>(std::clamp<std::int64_t>((n + 255) / 256, 1, 65536));
   auto run = [&](auto word) {
     using W = decltype(word);
-    index_select_kernel<W><<<blocks, 256, 0, stream>>>(static_cast<const W*>(in), outer, extent,
-                                                       inner, index, count, static_cast<W*>(out),
-                                                       bad_index);
+    index_select_kernel<W><<<blocks_for(n), threads, 0, stream>>>(static_cast<const W*>(in), outer,
+                                                                  extent, inner, index, count,
+                                                                  static_cast<W*>(out), bad_index);
   };
   switch (item) {
   case 1:

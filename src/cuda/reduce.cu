@@ -2,6 +2,7 @@
 // then every dtype's reductions over one axis.
 
 #include "cuda/cuda_error.hpp"
+#include "cuda/grid.cuh"
 #include "cuda/kernels.hpp"
 #include "cuda/typed_kernels.hpp"
 #include "element.hpp"
@@ -204,9 +205,7 @@ void launch_reduce(cudaStream_t stream,
       break;
     }
   });
-  if (const cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
-    throw_cuda_error(rc, "reduce_kernel", __FILE__, __LINE__);
-  }
+  check_launch("reduce_kernel");
 }
 
 }  // namespace cotensor::detail::cuda
