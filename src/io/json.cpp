@@ -69,7 +69,7 @@ private:
         skip_space();
         expect(':');
         skip_space();
-        v.members.emplace_back(std::move(key), parse_value(depth + 1));
+        v.members.push_back(value::member{std::move(key), parse_value(depth + 1)});
         skip_space();
         if (peek() == ',') {
           ++pos_;

@@ -15,17 +15,25 @@ namespace cotensor::detail::json {
 
 /// A parsed JSON value.
 struct value {
+  struct member;
   enum class kind : std::uint8_t { null, boolean, number, string, array, object };
   kind type = kind::null;
   bool boolean = false;
-  std::string text;                                    // a string's contents, a number's text
-  std::vector<value> items;                            // an array's elements
-  std::vector<std::pair<std::string, value>> members;  // an object's members, in order
+  std::string text;             // a string's contents, a number's text
+  std::vector<value> items;     // an array's elements
+  std::vector<member> members;  // an object's members, in order
 
   /// The number as a non-negative integer that fits an int64, or nothing.
   std::optional<std::int64_t> as_index() const;
   /// The member `key` of an object, or null if absent (or not an object).
   const value* find(std::string_view key) const;
+};
+
+/// An object's member. (Not a std::pair: libstdc++'s pair checks its members' traits where
+/// `value` is still incomplete, which clang refuses.)
+struct value::member {
+  std::string key;
+  value val;
 };
 
 /// Parses `text` (one value, surrounded by whitespace at most); throws std::runtime_error
