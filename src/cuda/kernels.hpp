@@ -12,9 +12,6 @@
 
 namespace cotensor::detail::cuda {
 
-/// The most dimensions a broadcasting op takes on a GPU.
-constexpr int max_rank = gpu_max_broadcast_rank;
-
 void launch_sum_axis(cudaStream_t stream,
                      const float* in,
                      std::int64_t outer,
