@@ -66,6 +66,7 @@ public:
         refused = batcher_errc::queue_full;
       } else {
         ++stats_.submitted;
+        entry->queued_at = clock::now();
         queue_.push_back(entry);
         queue_rows_ += entry->count();
         ready = take_locked();
@@ -197,11 +198,15 @@ private:
   // Issues the batched op on `b`'s rows and completes each entry when its value is known.
   void run(batch b) {
     std::size_t rows = 0;
+    const auto started = clock::now();
+    clock::duration queued{0};
     for (const auto& e : b) {
       rows += e->count();
+      queued += started - e->queued_at;
     }
     {
       std::lock_guard lock(mutex_);
+      stats_.queue_time += queued;
       ++stats_.batches;
       stats_.rows += rows;
       const auto bucket = std::min<std::size_t>(std::bit_width(rows - 1), 15);
@@ -214,11 +219,12 @@ private:
         throw std::invalid_argument("batcher: the batch function returned a tensor of the wrong "
                                     "shape");
       }
-      y.async_wait(asio::bind_executor(
-          executor_, [self = shared_from_this(), b = std::move(b), y](std::exception_ptr error) {
-            self->deliver(b, y, std::move(error));
-            self->batch_ended();
-          }));
+      y.async_wait(asio::bind_executor(executor_, [self = shared_from_this(), b = std::move(b), y,
+                                                   started](std::exception_ptr error) {
+        self->count_compute(b, started);
+        self->deliver(b, y, std::move(error));
+        self->batch_ended();
+      }));
     } catch (...) {
       fail(b, std::current_exception());
       // Not batch_ended() here: we may be inside enqueue's caller chain; post it.
@@ -268,6 +274,12 @@ private:
     for (auto& b : ready) {
       run(std::move(b));
     }
+  }
+
+  void count_compute(const batch& b, clock::time_point started) {
+    const auto took = clock::now() - started;
+    std::lock_guard lock(mutex_);
+    stats_.compute_time += took * static_cast<std::int64_t>(b.size());
   }
 
   void deliver(const batch& b, const tensor& y, std::exception_ptr error) {

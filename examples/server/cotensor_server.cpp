@@ -1,24 +1,24 @@
-// cotensor_server: an HTTP/1.1 inference service for a small MLP on Boost.Beast, with dynamic
-// batching (cotensor::batcher). Every connection is an asio::awaitable coroutine; a request
-// enqueues tensor work and co_awaits it, so the event loop never blocks on the backend.
+// cotensor_server: the Open Inference Protocol (KServe v2 / Triton over HTTP/1.1) for the
+// models of a Triton-style model repository, on Boost.Beast. The protocol, the models and the
+// batching are cotensor::serving's (<cotensor/serving.hpp>); this program owns the sockets:
+// accepting, timeouts, limits, draining, and noticing clients that leave.
 //
-//   POST /v1/infer   {"inputs": [[f, ...], ...]}  ->  {"outputs": [[f, ...], ...]}
-//   GET  /healthz    {"status": "ok"}
-//   GET  /metrics    Prometheus text: requests, batch sizes, queue depth, latency histogram
+//   GET  /v2/health/live, /v2/health/ready, /v2, /v2/models/M[/versions/V][/ready|/config]
+//   POST /v2/models/M[/versions/V]/infer    JSON tensors or Triton's binary tensor data
+//   GET  /metrics                           Prometheus text: Triton's metric names, then ours
 //
-// Prints `cotensor_server listening on ADDRESS:PORT` once it accepts connections. SIGINT or
-// SIGTERM drain it: it stops accepting, finishes the requests in flight and exits 0.
-// Run with --help for the flags.
+// Every connection is an asio::awaitable coroutine; a request enqueues tensor work and
+// co_awaits it, so the event loop never blocks on the backend. Prints `cotensor_server
+// listening on ADDRESS:PORT` once it accepts connections. SIGINT or SIGTERM drain it: it stops
+// accepting, finishes the requests in flight and exits 0. Run with --help for the flags.
 
 #include <cotensor/cotensor.hpp>
-#include <cotensor/io.hpp>
+#include <cotensor/serving.hpp>
 
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <boost/json.hpp>
-#include <boost/json/src.hpp>  // Boost.JSON header-only: in exactly one .cpp of the program
 
 #include <array>
 #include <atomic>
@@ -46,28 +46,19 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-namespace json = boost::json;
 using tcp = asio::ip::tcp;
 using namespace asio::experimental::awaitable_operators;
 using clock_type = std::chrono::steady_clock;
 
 struct config {
   std::string address = "127.0.0.1";
-  unsigned short port = 8080;
+  unsigned short port = 8000;
   unsigned threads = 1;
-  std::size_t max_batch = 64;
-  std::chrono::microseconds window{1000};
-  // One batch at a time: its GEMM already uses every worker, and rows arriving meanwhile make
-  // the next batch bigger (at 64 connections, 1 gave 6600 req/s where 2 gave 5000).
-  std::size_t max_running_batches = 1;
+  std::string model_repository = COTENSOR_EXAMPLE_MODELS;
   bool batching = true;
+  std::size_t max_running_batches = 1;
   std::string device = "cpu";
-  std::int64_t in = 256;
-  std::int64_t hidden = 1024;
-  std::int64_t out = 16;
-  std::string weights;
-  std::uint64_t seed = 42;
-  std::size_t max_body = 1 << 20;
+  std::size_t max_body = 64 << 20;
   std::chrono::milliseconds timeout{10000};
   std::chrono::milliseconds drain_timeout{30000};
   std::size_t max_queue_rows = 4096;
@@ -76,13 +67,13 @@ struct config {
 };
 
 constexpr const char* usage =
-    "usage: cotensor_server [--address A] [--port N] [--threads N] [--max-batch N]\n"
-    "         [--batch-window-us N] [--max-running-batches N] [--no-batching]\n"
-    "         [--device cpu|cuda:N]\n"
-    "         [--in N --hidden N --out N | --weights DIR (w1.npy b1.npy w2.npy b2.npy)]\n"
-    "         [--seed N] [--max-body-bytes N] [--timeout-ms N] [--drain-timeout-ms N]\n"
-    "         [--max-queue-rows N]\n"
-    "         [--max-connections N] [--debug-delay-us N]\n";
+    "usage: cotensor_server [--model-repository DIR] [--address A] [--port N] [--threads N]\n"
+    "         [--no-batching] [--max-running-batches N] [--device cpu|cuda:N]\n"
+    "         [--max-body-bytes N] [--timeout-ms N] [--drain-timeout-ms N]\n"
+    "         [--max-queue-rows N] [--max-connections N] [--debug-delay-us N]\n"
+    "  --model-repository DIR  Triton's layout: DIR/<model>/config.json and\n"
+    "                          DIR/<model>/<version>/model.safetensors (default: the example\n"
+    "                          models, " COTENSOR_EXAMPLE_MODELS ")\n";
 
 config parse_flags(int argc, char** argv) {
   config c;
@@ -94,33 +85,29 @@ config parse_flags(int argc, char** argv) {
       }
       return argv[++i];
     };
-    auto number = [&] { return std::stoll(value()); };
-    if (flag == "--address") {
+    auto number = [&] {
+      const std::string v = value();
+      std::size_t used = 0;
+      const long long n = std::stoll(v, &used);
+      if (used != v.size() || n < 0) {
+        throw std::invalid_argument(flag + " needs a non-negative integer, not '" + v + "'");
+      }
+      return n;
+    };
+    if (flag == "--model-repository") {
+      c.model_repository = value();
+    } else if (flag == "--address") {
       c.address = value();
     } else if (flag == "--port") {
       c.port = static_cast<unsigned short>(number());
     } else if (flag == "--threads") {
       c.threads = static_cast<unsigned>(std::max(1LL, number()));
-    } else if (flag == "--max-batch") {
-      c.max_batch = static_cast<std::size_t>(std::max(1LL, number()));
     } else if (flag == "--max-running-batches") {
       c.max_running_batches = static_cast<std::size_t>(std::max(1LL, number()));
-    } else if (flag == "--batch-window-us") {
-      c.window = std::chrono::microseconds(number());
     } else if (flag == "--no-batching") {
       c.batching = false;
     } else if (flag == "--device") {
       c.device = value();
-    } else if (flag == "--in") {
-      c.in = number();
-    } else if (flag == "--hidden") {
-      c.hidden = number();
-    } else if (flag == "--out") {
-      c.out = number();
-    } else if (flag == "--weights") {
-      c.weights = value();
-    } else if (flag == "--seed") {
-      c.seed = static_cast<std::uint64_t>(number());
     } else if (flag == "--max-body-bytes") {
       c.max_body = static_cast<std::size_t>(number());
     } else if (flag == "--timeout-ms") {
@@ -128,7 +115,7 @@ config parse_flags(int argc, char** argv) {
     } else if (flag == "--drain-timeout-ms") {
       c.drain_timeout = std::chrono::milliseconds(number());
     } else if (flag == "--max-queue-rows") {
-      c.max_queue_rows = static_cast<std::size_t>(number());
+      c.max_queue_rows = static_cast<std::size_t>(std::max(1LL, number()));
     } else if (flag == "--debug-delay-us") {
       c.debug_delay = std::chrono::microseconds(number());
     } else if (flag == "--max-connections") {
@@ -137,11 +124,25 @@ config parse_flags(int argc, char** argv) {
       throw std::invalid_argument("unknown flag " + flag);
     }
   }
-  if (c.in <= 0 || c.hidden <= 0 || c.out <= 0) {
-    throw std::invalid_argument("--in, --hidden and --out must be positive");
-  }
-  c.max_queue_rows = std::max(c.max_queue_rows, c.max_batch);
   return c;
+}
+
+// `s` with the characters JSON strings escape escaped.
+std::string json_escaped(std::string_view s) {
+  std::string out;
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(ch));
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
 }
 
 cotensor::device parse_device(const std::string& s) {
@@ -155,69 +156,49 @@ cotensor::device parse_device(const std::string& s) {
   throw std::invalid_argument("unknown device " + s);
 }
 
-// y = relu(x W1 + b1) W2 + b2.
-struct mlp {
-  cotensor::tensor w1, b1, w2, b2;
-  std::int64_t in = 0, out = 0;
-  std::chrono::microseconds delay{0};
-
-  cotensor::tensor forward(const cotensor::tensor& x) const {
-    auto y = cotensor::matmul(cotensor::relu(cotensor::matmul(x, w1) + b1), w2) + b2;
-    if (delay.count() > 0) {
-      // For tests of overload, disconnects and draining: a pass that takes `delay` longer.
-      auto slow = cotensor::map(cotensor::zeros({1}), [d = delay](float v) {
-        std::this_thread::sleep_for(d);
-        return v;
-      });
-      y = y + slow;
-    }
-    return y;
+// For tests of overload, disconnects and draining: a model whose every pass takes `delay`
+// longer (an op that sleeps on a backend worker), around a model of the repository.
+class delayed_model final : public cotensor::serving::model {
+public:
+  delayed_model(std::shared_ptr<const model> inner, std::chrono::microseconds delay)
+      : inner_(std::move(inner)), delay_(delay) {}
+  const cotensor::serving::model_config& config() const noexcept override {
+    return inner_->config();
   }
+  cotensor::device placement() const noexcept override { return inner_->placement(); }
+  std::vector<cotensor::tensor>
+  forward(const std::vector<cotensor::tensor>& inputs) const override {
+    auto outputs = inner_->forward(inputs);
+    auto slow = cotensor::map(cotensor::zeros({1}), [d = delay_](float v) {
+      std::this_thread::sleep_for(d);
+      return v;
+    });
+    // Adding zero after the sleep: the output now waits for it.
+    outputs.front() = outputs.front() + slow.astype(outputs.front().dtype());
+    return outputs;
+  }
+
+private:
+  std::shared_ptr<const model> inner_;
+  std::chrono::microseconds delay_;
 };
 
-mlp make_model(config& c, cotensor::device d) {
-  mlp m;
-  if (!c.weights.empty()) {
-    // Read by the backend; a bad file throws cotensor::io_error here, a truncated one at the
-    // when_all below. Weights of another dtype are converted: the model computes in float32.
-    auto load = [&](const char* name, std::size_t rank) {
-      cotensor::tensor t = cotensor::load_npy(c.weights + "/" + name, d);
-      if (t.rank() != rank) {
-        throw std::runtime_error(std::string(name) + ": wrong rank");
-      }
-      if (t.dtype() != cotensor::dtype::float32) {
-        t = t.astype(cotensor::dtype::float32);
-      }
-      std::vector<std::int64_t> extents(rank);
-      for (std::size_t i = 0; i < rank; ++i) {
-        extents[i] = t.shape()[i];
-      }
-      return std::pair{t, extents};
-    };
-    auto [w1, s1] = load("w1.npy", 2);
-    auto [b1, sb1] = load("b1.npy", 1);
-    auto [w2, s2] = load("w2.npy", 2);
-    auto [b2, sb2] = load("b2.npy", 1);
-    if (s1[1] != sb1[0] || s1[1] != s2[0] || s2[1] != sb2[0]) {
-      throw std::runtime_error("weights: shapes do not chain (w1 [in,h], b1 [h], w2 [h,out], "
-                               "b2 [out])");
-    }
-    c.in = s1[0];
-    c.hidden = s1[1];
-    c.out = s2[1];
-    m = {w1, b1, w2, b2};
-  } else {
-    cotensor::manual_seed(c.seed);
-    m.w1 = cotensor::randn({c.in, c.hidden}, d) * (1.0f / std::sqrt(float(c.in)));
-    m.b1 = cotensor::randn({c.hidden}, d) * 0.1f;
-    m.w2 = cotensor::randn({c.hidden, c.out}, d) * (1.0f / std::sqrt(float(c.hidden)));
-    m.b2 = cotensor::randn({c.out}, d) * 0.1f;
+// The models of `cfg.model_repository`; a folder that fails is reported and left out.
+cotensor::serving::model_repository load_models(const config& cfg, cotensor::device d) {
+  cotensor::serving::model_repository loaded;
+  for (const auto& f : loaded.load_repository(cfg.model_repository, d)) {
+    std::cerr << "cotensor_server: model '" << f.model << "' not loaded: " << f.reason << "\n";
   }
-  m.in = c.in;
-  m.out = c.out;
-  m.delay = c.debug_delay;
-  cotensor::when_all(m.w1, m.b1, m.w2, m.b2)(asio::use_future).get();
-  return m;
+  if (cfg.debug_delay.count() == 0) {
+    return loaded;
+  }
+  cotensor::serving::model_repository delayed;
+  for (const auto& name : loaded.names()) {
+    for (const auto v : loaded.versions(name)) {
+      delayed.add(std::make_shared<delayed_model>(loaded.find(name, v), cfg.debug_delay), v);
+    }
+  }
+  return delayed;
 }
 
 // Counters for /metrics.
@@ -263,20 +244,14 @@ using response = http::response<http::string_body>;
 
 class server {
 public:
-  server(asio::io_context& io, config cfg, mlp model)
-      : io_(io), cfg_(std::move(cfg)), model_(std::move(model)), strand_(asio::make_strand(io)),
+  server(asio::io_context& io, config cfg, const cotensor::serving::model_repository& models)
+      : io_(io), cfg_(std::move(cfg)), strand_(asio::make_strand(io)),
+        v2_(io.get_executor(),
+            models,
+            cotensor::serving::handler_options{.dynamic_batching = cfg_.batching,
+                                               .max_queue_rows = cfg_.max_queue_rows,
+                                               .max_running_batches = cfg_.max_running_batches}),
         acceptor_(strand_), signals_(strand_, SIGINT, SIGTERM), drain_timer_(strand_) {
-    if (cfg_.batching) {
-      batcher_.emplace(
-          io.get_executor(), static_cast<std::size_t>(model_.in),
-          static_cast<std::size_t>(model_.out),
-          [this](const cotensor::tensor& x) { return model_.forward(x); },
-          cotensor::batcher_options{.max_batch_rows = cfg_.max_batch,
-                                    .window = cfg_.window,
-                                    .max_queue_rows = cfg_.max_queue_rows,
-                                    .max_running_batches = cfg_.max_running_batches,
-                                    .start_when_idle = true});
-    }
     tcp::endpoint ep(asio::ip::make_address(cfg_.address), cfg_.port);
     acceptor_.open(ep.protocol());
     acceptor_.set_option(asio::socket_base::reuse_address(true));
@@ -297,11 +272,7 @@ public:
 
   bool drain_timed_out() const { return drain_timed_out_; }
 
-  void shutdown_batcher() {
-    if (batcher_) {
-      batcher_->shutdown();
-    }
-  }
+  void shutdown_batchers() { v2_.shutdown(); }
 
 private:
   // Stops accepting; closes idle connections; busy ones close after their response.
@@ -383,6 +354,29 @@ private:
     co_return !ec;
   }
 
+  // Stops sending, then reads and drops what the peer still sends, until it closes or a second
+  // has passed.
+  asio::awaitable<void> linger_close(connection& c) {
+    boost::system::error_code ignored;
+    c.socket.shutdown(tcp::socket::shutdown_send, ignored);
+    asio::steady_timer t(c.socket.get_executor(), std::chrono::seconds(1));
+    t.async_wait([&c](boost::system::error_code ec) {
+      if (!ec) {
+        boost::system::error_code e;
+        c.socket.cancel(e);
+      }
+    });
+    std::array<char, 16384> scratch;
+    for (;;) {
+      auto [ec, n] = co_await c.socket.async_read_some(asio::buffer(scratch),
+                                                       asio::as_tuple(asio::use_awaitable));
+      if (ec) {
+        break;
+      }
+    }
+    t.cancel();
+  }
+
   asio::awaitable<void> session(std::shared_ptr<connection> cp) {
     connection& c = *cp;
     beast::flat_buffer buffer;
@@ -433,6 +427,9 @@ private:
         auto res = error_response(status, what, 11, false);
         metrics_.count(static_cast<int>(status));
         co_await write(c, res);
+        // The client may still be sending the body we refused: read it away for a moment, so
+        // closing does not reset the connection before the client has read the response.
+        co_await linger_close(c);
         break;
       }
       const auto start = clock_type::now();
@@ -443,7 +440,7 @@ private:
         break;  // the client went away
       }
       metrics_.count(static_cast<int>(res.result_int()));
-      if (req.target() == "/v1/infer") {
+      if (req.target().ends_with("/infer")) {
         metrics_.observe(clock_type::now() - start);
       }
       const bool keep = req.keep_alive() && !draining_;
@@ -462,14 +459,14 @@ private:
     response res{status, version};
     res.set(http::field::content_type, "application/json");
     res.set(http::field::server, "cotensor_server");
-    res.body() = json::serialize(json::object{{"error", what}});
+    res.body() = R"({"error":")" + json_escaped(what) + R"("})";
     res.keep_alive(keep_alive);
     return res;
   }
 
-  response json_ok(std::string body, unsigned version, const char* type = "application/json") {
+  response text_ok(std::string body, unsigned version) {
     response res{http::status::ok, version};
-    res.set(http::field::content_type, type);
+    res.set(http::field::content_type, "text/plain; version=0.0.4");
     res.set(http::field::server, "cotensor_server");
     res.body() = std::move(body);
     return res;
@@ -477,109 +474,25 @@ private:
 
   asio::awaitable<response> handle(connection& c, const http::request<http::string_body>& req) {
     const unsigned v = req.version();
-    if (req.target() == "/healthz") {
-      if (req.method() != http::verb::get) {
-        co_return method_not_allowed(v, "GET");
-      }
-      co_return json_ok(draining_ ? R"({"status":"draining"})" : R"({"status":"ok"})", v);
+    if (!cotensor::serving::handler::matches(req.target())) {
+      co_return error_response(http::status::not_found, "no such route", v, true);
     }
-    if (req.target() == "/metrics") {
-      if (req.method() != http::verb::get) {
-        co_return method_not_allowed(v, "GET");
-      }
-      co_return json_ok(render_metrics(), v, "text/plain; version=0.0.4");
+    const std::string_view target(req.target().data(), req.target().size());
+    if (target == "/metrics" && req.method() == http::verb::get) {
+      co_return text_ok(render_metrics() + v2_.metrics(), v);
     }
-    if (req.target() == "/v1/infer") {
-      if (req.method() != http::verb::post) {
-        co_return method_not_allowed(v, "POST");
-      }
-      co_return co_await infer(c, req);
+    if (req.method() != http::verb::post) {
+      co_return co_await v2_.handle(req);
     }
-    co_return error_response(http::status::not_found, "no such endpoint", v, true);
-  }
-
-  response method_not_allowed(unsigned v, const char* allow) {
-    auto res = error_response(http::status::method_not_allowed, "method not allowed", v, true);
-    res.set(http::field::allow, allow);
-    return res;
-  }
-
-  // Parses {"inputs": [[f, ...], ...]} into row-major floats; an error message on failure.
-  std::variant<std::vector<float>, std::string> parse_inputs(const std::string& body) {
-    if (body.empty()) {
-      return std::string("empty body");
+    // An inference: answered, or abandoned when the client leaves first (its wait cancelled,
+    // its rows out of the batch queue if they were still there).
+    ++metrics_.in_flight;
+    auto result = co_await (v2_.handle(req) || watch_disconnect(c));
+    --metrics_.in_flight;
+    if (result.index() == 1) {
+      co_return response{static_cast<http::status>(499), v};
     }
-    boost::system::error_code ec;
-    json::value doc = json::parse(body, ec);
-    if (ec) {
-      return "malformed JSON: " + ec.message();
-    }
-    const auto* obj = doc.if_object();
-    const json::value* inputs = obj ? obj->if_contains("inputs") : nullptr;
-    if (inputs == nullptr || !inputs->is_array()) {
-      return std::string(R"(expected {"inputs": [[f, ...], ...]})");
-    }
-    const auto& rows = inputs->get_array();
-    if (rows.empty()) {
-      return std::string("inputs is empty");
-    }
-    if (rows.size() > cfg_.max_batch) {
-      return "too many rows: at most " + std::to_string(cfg_.max_batch) + " per request";
-    }
-    std::vector<float> flat;
-    flat.reserve(rows.size() * static_cast<std::size_t>(model_.in));
-    for (std::size_t r = 0; r < rows.size(); ++r) {
-      const auto* row = rows[r].if_array();
-      if (row == nullptr || row->size() != static_cast<std::size_t>(model_.in)) {
-        return "row " + std::to_string(r) + ": expected an array of " + std::to_string(model_.in) +
-               " numbers";
-      }
-      for (const auto& x : *row) {
-        double d = 0;
-        if (x.is_double()) {
-          d = x.get_double();
-        } else if (x.is_int64()) {
-          d = static_cast<double>(x.get_int64());
-        } else if (x.is_uint64()) {
-          d = static_cast<double>(x.get_uint64());
-        } else {
-          return "row " + std::to_string(r) + ": not a number";
-        }
-        if (!std::isfinite(d) || std::fabs(d) > FLT_MAX) {
-          return "row " + std::to_string(r) + ": value is not a finite float32";
-        }
-        flat.push_back(static_cast<float>(d));
-      }
-    }
-    return flat;
-  }
-
-  struct outcome {
-    std::exception_ptr error;
-    std::vector<float> rows;
-  };
-
-  asio::awaitable<outcome> compute(std::vector<float> flat) {
-    try {
-      if (batcher_) {
-        auto [e, rows] =
-            co_await batcher_->async_submit(std::move(flat), asio::as_tuple(asio::use_awaitable));
-        co_return outcome{e, std::move(rows)};
-      }
-      // No batching: this request's own ops, in its own scope.
-      const auto k = static_cast<std::int64_t>(flat.size()) / model_.in;
-      cotensor::scope s;
-      auto y = s.run([&] {
-        return model_.forward(cotensor::from_vector(std::move(flat), {k, model_.in}));
-      });
-      auto [e] = co_await s.async_wait(asio::as_tuple(asio::use_awaitable));
-      if (e) {
-        co_return outcome{e, {}};
-      }
-      co_return outcome{nullptr, y.to_vector()};  // computed: does not block
-    } catch (...) {
-      co_return outcome{std::current_exception(), {}};
-    }
+    co_return std::move(std::get<0>(result));
   }
 
   // Completes when the peer closes or resets the connection; otherwise runs until cancelled.
@@ -611,65 +524,6 @@ private:
     }
   }
 
-  asio::awaitable<response> infer(connection& c, const http::request<http::string_body>& req) {
-    const unsigned v = req.version();
-    auto parsed = parse_inputs(req.body());
-    if (auto* err = std::get_if<std::string>(&parsed)) {
-      co_return error_response(http::status::bad_request, *err, v, true);
-    }
-    auto flat = std::move(std::get<std::vector<float>>(parsed));
-    const std::size_t k = flat.size() / static_cast<std::size_t>(model_.in);
-    if (!batcher_) {
-      // The same queue bound as the batcher's, on rows being computed.
-      if (in_flight_rows_.fetch_add(k) + k > cfg_.max_queue_rows) {
-        in_flight_rows_ -= k;
-        auto res = error_response(http::status::service_unavailable, "overloaded", v, true);
-        res.set(http::field::retry_after, "1");
-        co_return res;
-      }
-    }
-    ++metrics_.in_flight;
-    auto result = co_await (compute(std::move(flat)) || watch_disconnect(c));
-    --metrics_.in_flight;
-    if (!batcher_) {
-      in_flight_rows_ -= k;
-    }
-    if (result.index() == 1) {
-      response gone{static_cast<http::status>(499), v};
-      co_return gone;
-    }
-    auto& out = std::get<0>(result);
-    if (out.error) {
-      try {
-        std::rethrow_exception(out.error);
-      } catch (const std::system_error& e) {
-        if (e.code() == cotensor::batcher_errc::queue_full ||
-            e.code() == cotensor::batcher_errc::closed) {
-          auto res = error_response(http::status::service_unavailable, e.what(), v, true);
-          res.set(http::field::retry_after, "1");
-          co_return res;
-        }
-        co_return error_response(http::status::internal_server_error, e.what(), v, true);
-      } catch (const std::exception& e) {
-        co_return error_response(http::status::internal_server_error, e.what(), v, true);
-      } catch (...) {
-        co_return error_response(http::status::internal_server_error, "unknown error", v, true);
-      }
-    }
-    json::array outputs;
-    outputs.reserve(k);
-    const auto w = static_cast<std::size_t>(model_.out);
-    for (std::size_t r = 0; r < k; ++r) {
-      json::array row;
-      row.reserve(w);
-      for (std::size_t j = 0; j < w; ++j) {
-        row.emplace_back(static_cast<double>(out.rows[r * w + j]));
-      }
-      outputs.emplace_back(std::move(row));
-    }
-    co_return json_ok(json::serialize(json::object{{"outputs", std::move(outputs)}}), v);
-  }
-
   std::string render_metrics() {
     std::ostringstream os;
     os << "# HELP cotensor_http_requests_total HTTP responses by status code.\n"
@@ -697,44 +551,19 @@ private:
        << metrics_.in_flight.load() << "\n";
     os << "# TYPE cotensor_open_connections gauge\ncotensor_open_connections "
        << metrics_.connections.load() << "\n";
-    if (batcher_) {
-      const auto s = batcher_->stats();
-      os << "# HELP cotensor_batch_queue_rows Rows waiting for a batch.\n"
-         << "# TYPE cotensor_batch_queue_rows gauge\ncotensor_batch_queue_rows " << s.queue_rows
-         << "\n# TYPE cotensor_batches_total counter\ncotensor_batches_total " << s.batches
-         << "\n# TYPE cotensor_batch_rows_total counter\ncotensor_batch_rows_total " << s.rows
-         << "\n# TYPE cotensor_batch_rejected_total counter\ncotensor_batch_rejected_total "
-         << s.rejected
-         << "\n# TYPE cotensor_batch_cancelled_total counter\ncotensor_batch_cancelled_total "
-         << s.cancelled << "\n";
-      os << "# HELP cotensor_batch_size Rows per batch.\n# TYPE cotensor_batch_size histogram\n";
-      std::uint64_t cum = 0;
-      for (std::size_t i = 0; i < s.batch_rows_log2.size(); ++i) {
-        cum += s.batch_rows_log2[i];
-        os << "cotensor_batch_size_bucket{le=\"" << (std::uint64_t{1} << i) << "\"} " << cum
-           << "\n";
-      }
-      os << "cotensor_batch_size_bucket{le=\"+Inf\"} " << cum << "\ncotensor_batch_size_sum "
-         << s.rows << "\ncotensor_batch_size_count " << s.batches << "\n";
-    } else {
-      os << "# TYPE cotensor_batch_queue_rows gauge\ncotensor_batch_queue_rows "
-         << in_flight_rows_.load() << "\n";
-    }
     return os.str();
   }
 
   asio::io_context& io_;
   config cfg_;
-  mlp model_;
   // The acceptor, the signals and the drain timer live on this strand.
   asio::strand<asio::io_context::executor_type> strand_;
-  std::optional<cotensor::batcher> batcher_;
+  cotensor::serving::handler v2_;
   tcp::acceptor acceptor_;
   asio::signal_set signals_;
   asio::steady_timer drain_timer_;
   std::atomic<bool> draining_{false};
   bool drain_timed_out_ = false;
-  std::atomic<std::size_t> in_flight_rows_{0};
   metrics metrics_;
   std::mutex mutex_;
   std::set<std::shared_ptr<connection>> connections_;
@@ -763,13 +592,17 @@ int main(int argc, char** argv) {
     options.max_in_flight = std::max<std::size_t>(options.max_in_flight, 16 * cfg.max_queue_rows);
     cotensor::runtime rt(options);
     const auto dev = parse_device(cfg.device);
-    mlp model = make_model(cfg, dev);
+    const cotensor::serving::model_repository models = load_models(cfg, dev);
+    if (models.names().empty()) {
+      std::cerr << "cotensor_server: no model loaded from " << cfg.model_repository << "\n";
+      return 1;
+    }
 
     asio::io_context io(static_cast<int>(cfg.threads));
-    server srv(io, cfg, std::move(model));
+    server srv(io, cfg, models);
     srv.start();
-    std::cout << "cotensor_server listening on " << cfg.address << ":" << srv.port() << " (in "
-              << cfg.in << ", hidden " << cfg.hidden << ", out " << cfg.out << ", batching "
+    std::cout << "cotensor_server listening on " << cfg.address << ":" << srv.port() << " ("
+              << models.names().size() << " model(s) from " << cfg.model_repository << ", batching "
               << (cfg.batching ? "on" : "off") << ")" << std::endl;
 
     std::vector<std::thread> threads;
@@ -780,7 +613,7 @@ int main(int argc, char** argv) {
     for (auto& t : threads) {
       t.join();
     }
-    srv.shutdown_batcher();
+    srv.shutdown_batchers();
     io.restart();
     io.run_for(std::chrono::seconds(1));  // let the batcher's last completions drain
     std::cout << "cotensor_server: drained" << std::endl;

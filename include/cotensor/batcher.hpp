@@ -79,6 +79,10 @@ struct batcher_stats {
   /// Batches by row count: bucket `i` counts batches of at most `2^i` rows (and more than
   /// `2^(i-1)`); the last bucket also counts every larger batch.
   std::array<std::uint64_t, 16> batch_rows_log2{};
+  /// Summed over the submissions that ran: the time from `async_submit` to the start of the
+  /// submission's batch (queueing), and from that start to the batch's result (computing).
+  std::chrono::nanoseconds queue_time{0};
+  std::chrono::nanoseconds compute_time{0};
 };
 
 namespace detail {
@@ -116,6 +120,8 @@ public:
   const tensor& tensor_rows() const noexcept { return tensor_rows_; }
   bool wants_tensor() const noexcept { return wants_tensor_; }
   std::size_t count() const noexcept { return count_; }
+  // When the batcher queued it (set under the batcher's lock).
+  std::chrono::steady_clock::time_point queued_at{};
 
 private:
   std::vector<float> rows_;

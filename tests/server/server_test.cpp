@@ -16,6 +16,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <poll.h>
 #include <random>
 #include <spawn.h>
@@ -135,8 +136,8 @@ response request(unsigned short port,
   return res;
 }
 
-response infer(unsigned short port, const std::string& body) {
-  return request(port, http::verb::post, "/v1/infer", body);
+response infer(unsigned short port, const std::string& body, const std::string& model = "mlp") {
+  return request(port, http::verb::post, "/v2/models/" + model + "/infer", body);
 }
 
 // Raw bytes on a fresh connection; the response read within 30 s (empty if none came).
@@ -195,14 +196,38 @@ struct weights {
     b1 = fill(std::size_t(hidden));
     w2 = fill(std::size_t(hidden * out));
     b2 = fill(std::size_t(out));
+    // A model repository holding the MLP as PyTorch's nn.Sequential(Linear, ReLU, Linear)
+    // stores it: weights [out, in].
     dir = (std::filesystem::temp_directory_path() /
            ("cotensor_server_test_" + std::to_string(::getpid())))
               .string();
-    std::filesystem::create_directories(dir);
-    cotensor::save_npy(dir + "/w1.npy", cotensor::from_vector(w1, {in, hidden}));
-    cotensor::save_npy(dir + "/b1.npy", cotensor::from_vector(b1, {hidden}));
-    cotensor::save_npy(dir + "/w2.npy", cotensor::from_vector(w2, {hidden, out}));
-    cotensor::save_npy(dir + "/b2.npy", cotensor::from_vector(b2, {out}));
+    std::filesystem::create_directories(dir + "/mlp/1");
+    cotensor::save_safetensors(
+        dir + "/mlp/1/model.safetensors",
+        {{"0.weight", cotensor::transpose(cotensor::from_vector(w1, {in, hidden}))},
+         {"0.bias", cotensor::from_vector(b1, {hidden})},
+         {"2.weight", cotensor::transpose(cotensor::from_vector(w2, {hidden, out}))},
+         {"2.bias", cotensor::from_vector(b2, {out})}},
+        {});
+    // "mlp1": the same, in batches of one row (a queue of one row is then possible).
+    std::filesystem::create_directories(dir + "/mlp1/1");
+    std::filesystem::copy_file(dir + "/mlp/1/model.safetensors", dir + "/mlp1/1/model.safetensors");
+    std::ofstream(dir + "/mlp1/config.json") << R"({
+  "name": "mlp1", "max_batch_size": 1,
+  "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [8]}],
+  "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+  "dynamic_batching": {"max_queue_delay_microseconds": 1000},
+  "layers": [{"op": "linear", "weight": "0.weight", "bias": "0.bias"}, {"op": "relu"},
+             {"op": "linear", "weight": "2.weight", "bias": "2.bias"}]
+})";
+    std::ofstream(dir + "/mlp/config.json") << R"({
+  "name": "mlp", "max_batch_size": 64,
+  "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [8]}],
+  "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+  "dynamic_batching": {"max_queue_delay_microseconds": 1000},
+  "layers": [{"op": "linear", "weight": "0.weight", "bias": "0.bias"}, {"op": "relu"},
+             {"op": "linear", "weight": "2.weight", "bias": "2.bias"}]
+})";
   }
 
   std::vector<double> forward(const std::vector<float>& x) const {
@@ -238,19 +263,22 @@ const weights& model() {
   return w;
 }
 
+// A v2 infer request for `rows` as JSON tensor data.
 std::string body_of(const std::vector<std::vector<float>>& rows) {
-  json::array a;
+  json::array data;
   for (const auto& r : rows) {
-    json::array row;
     for (float v : r) {
-      row.emplace_back(double(v));
+      data.emplace_back(double(v));
     }
-    a.emplace_back(std::move(row));
   }
-  return json::serialize(json::object{{"inputs", std::move(a)}});
+  json::object input{{"name", "INPUT0"},
+                     {"datatype", "FP32"},
+                     {"shape", json::array{rows.size(), model().in}},
+                     {"data", std::move(data)}};
+  return json::serialize(json::object{{"inputs", json::array{std::move(input)}}});
 }
 
-// True when `res` is a 200 whose outputs match the reference for `rows` (tolerance 1e-4).
+// True when `res` is a 200 whose output matches the reference for `rows` (tolerance 1e-4).
 bool outputs_match(const response& res, const std::vector<std::vector<float>>& rows) {
   if (res.result() != http::status::ok) {
     return false;
@@ -260,18 +288,19 @@ bool outputs_match(const response& res, const std::vector<std::vector<float>>& r
   if (ec || !v.is_object() || !v.as_object().contains("outputs")) {
     return false;
   }
-  const auto& outs = v.as_object().at("outputs").as_array();
-  if (outs.size() != rows.size()) {
+  const auto& output = v.as_object().at("outputs").as_array().at(0).as_object();
+  const auto& shape = output.at("shape").as_array();
+  const auto& data = output.at("data").as_array();
+  const auto width = static_cast<std::size_t>(model().out);
+  if (shape.size() != 2 || shape[0].to_number<std::size_t>() != rows.size() ||
+      shape[1].to_number<std::size_t>() != width || data.size() != rows.size() * width) {
     return false;
   }
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const auto ref = model().forward(rows[r]);
-    const auto& o = outs[r].as_array();
-    if (o.size() != ref.size()) {
-      return false;
-    }
     for (std::size_t j = 0; j < ref.size(); ++j) {
-      if (std::fabs(o[j].to_number<double>() - ref[j]) > 1e-4 * (1 + std::fabs(ref[j]))) {
+      if (std::fabs(data[r * width + j].to_number<double>() - ref[j]) >
+          1e-4 * (1 + std::fabs(ref[j]))) {
         return false;
       }
     }
@@ -295,7 +324,8 @@ double metric(unsigned short port, const std::string& name) {
 }
 
 std::vector<std::string> base_args(bool batching) {
-  std::vector<std::string> a{"--weights", model().dir, "--threads", "2", "--timeout-ms", "1000"};
+  std::vector<std::string> a{"--model-repository", model().dir, "--threads", "2",
+                             "--timeout-ms",       "1000"};
   if (!batching) {
     a.push_back("--no-batching");
   }
@@ -315,17 +345,18 @@ TEST_SUITE("server") {
       CHECK(outputs_match(infer(srv.port(), body_of(rows)), rows));
       // Integers are numbers too.
       std::vector<std::vector<float>> ints{std::vector<float>(std::size_t(model().in), 2.0f)};
-      std::string body = R"({"inputs": [[2, 2, 2, 2, 2, 2, 2, 2]]})";
+      std::string body = R"({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 8],
+                                          "data": [2, 2, 2, 2, 2, 2, 2, 2]}]})";
       CHECK(outputs_match(infer(srv.port(), body), ints));
       CHECK(srv.stop(SIGTERM) == 0);
     }
   }
 
-  TEST_CASE("healthz answers ok and metrics is Prometheus text" * doctest::timeout(120)) {
+  TEST_CASE("health answers ready and metrics is Prometheus text" * doctest::timeout(120)) {
     server_process srv(base_args(true));
-    auto h = request(srv.port(), http::verb::get, "/healthz");
+    auto h = request(srv.port(), http::verb::get, "/v2/health/ready");
     CHECK(h.result() == http::status::ok);
-    CHECK(h.body().find("\"ok\"") != std::string::npos);
+    CHECK(h.body() == R"({"ready":true})");
     CHECK(serves(srv.port()));
     auto m = request(srv.port(), http::verb::get, "/metrics");
     CHECK(m.result() == http::status::ok);
@@ -333,8 +364,12 @@ TEST_SUITE("server") {
     const auto& t = m.body();
     CHECK(t.find("cotensor_http_requests_total{code=\"200\"} 2") != std::string::npos);
     CHECK(t.find("cotensor_infer_latency_seconds_bucket{le=\"+Inf\"} 1") != std::string::npos);
-    CHECK(t.find("cotensor_batch_size_count 1") != std::string::npos);
-    CHECK(t.find("cotensor_batch_queue_rows 0") != std::string::npos);
+    const std::string labels = R"({model="mlp",version="1"})";
+    CHECK(t.find("cotensor_batch_size_count" + labels + " 1") != std::string::npos);
+    CHECK(t.find("cotensor_batch_queue_rows" + labels + " 0") != std::string::npos);
+    CHECK(t.find("nv_inference_request_success" + labels + " 1") != std::string::npos);
+    CHECK(t.find("nv_inference_count" + labels + " 1") != std::string::npos);
+    CHECK(t.find("nv_inference_exec_count" + labels + " 1") != std::string::npos);
     CHECK(srv.stop(SIGINT) == 0);
   }
 
@@ -344,6 +379,10 @@ TEST_SUITE("server") {
     args.insert(args.end(), {"--max-body-bytes", "4096"});
     server_process srv(args);
     const auto port = srv.port();
+    auto body = [](const std::string& shape, const std::string& data) {
+      return R"({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": )" + shape +
+             R"(, "data": )" + data + "}]}";
+    };
     const std::string row7 = "[1, 2, 3, 4, 5, 6, 7]";
     const std::string row8 = "[1, 2, 3, 4, 5, 6, 7, 8]";
     struct bad_case {
@@ -351,26 +390,22 @@ TEST_SUITE("server") {
       std::string body;
       http::status status;
     };
+    // More cases, over the Python clients' view of the protocol: tests/server/bad_requests_test.py.
     const std::vector<bad_case> cases{
-        {"malformed JSON", R"({"inputs": [[1, 2)", http::status::bad_request},
+        {"malformed JSON", R"({"inputs": [{"name": )", http::status::bad_request},
         {"not JSON at all", "hello", http::status::bad_request},
         {"empty body", "", http::status::bad_request},
         {"no inputs key", R"({"x": 1})", http::status::bad_request},
         {"inputs not an array", R"({"inputs": 3})", http::status::bad_request},
-        {"no rows", R"({"inputs": []})", http::status::bad_request},
-        {"wrong row width", R"({"inputs": [)" + row7 + "]}", http::status::bad_request},
-        {"one of the rows has the wrong width", R"({"inputs": [)" + row8 + "," + row7 + "]}",
+        {"no inputs", R"({"inputs": []})", http::status::bad_request},
+        {"wrong row width", body("[1, 7]", row7), http::status::bad_request},
+        {"data shorter than the shape", body("[2, 8]", row8), http::status::bad_request},
+        {"a string in the data", body("[1, 8]", R"([1, 2, 3, "4", 5, 6, 7, 8])"),
          http::status::bad_request},
-        {"a string in a row", R"({"inputs": [[1, 2, 3, "4", 5, 6, 7, 8]]})",
-         http::status::bad_request},
-        {"NaN literal", R"({"inputs": [[NaN, 2, 3, 4, 5, 6, 7, 8]]})", http::status::bad_request},
-        {"infinite number", R"({"inputs": [[1e999, 2, 3, 4, 5, 6, 7, 8]]})",
-         http::status::bad_request},
-        {"beyond float32", R"({"inputs": [[1e39, 2, 3, 4, 5, 6, 7, 8]]})",
-         http::status::bad_request},
+        {"NaN literal", body("[1, 8]", "[NaN, 2, 3, 4, 5, 6, 7, 8]"), http::status::bad_request},
         {"deep nesting", std::string(1000, '[') + std::string(1000, ']'),
          http::status::bad_request},
-        {"huge body", R"({"inputs": [)" + std::string(8192, ' ') + row8 + "]}",
+        {"huge body", body("[1, 8]", std::string(8192, ' ') + row8),
          http::status::payload_too_large},
     };
     SUBCASE("bad bodies") {
@@ -383,7 +418,7 @@ TEST_SUITE("server") {
       }
     }
     SUBCASE("wrong method and unknown path") {
-      auto res = request(port, http::verb::get, "/v1/infer");
+      auto res = request(port, http::verb::get, "/v2/models/mlp/infer");
       CHECK(res.result() == http::status::method_not_allowed);
       CHECK(is_json_error(res.body()));
       res = request(port, http::verb::get, "/nope");
@@ -398,14 +433,15 @@ TEST_SUITE("server") {
       CHECK(serves(port));
     }
     SUBCASE("a slow client that stops mid-header gets 408") {
-      const auto r = raw(port, "POST /v1/infer HTTP/1.1\r\nHost: x\r\n");
+      const auto r = raw(port, "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\n");
       CHECK(status_line(r) == "HTTP/1.1 408 Request Timeout");
       CHECK(r.find("{\"error\"") != std::string::npos);
       CHECK(serves(port));
     }
     SUBCASE("a client that stops mid-body gets 408") {
-      const auto r = raw(port, "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
-                               "\r\n{\"inputs\": [[1,");
+      const auto r =
+          raw(port, "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+                    "\r\n{\"inputs\": [[1,");
       CHECK(status_line(r) == "HTTP/1.1 408 Request Timeout");
       CHECK(serves(port));
     }
@@ -416,8 +452,9 @@ TEST_SUITE("server") {
       CHECK(serves(port));
     }
     SUBCASE("a body shorter than its Content-Length, then half-closed, is not served") {
-      const auto r =
-          raw(port, "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{}", true);
+      const auto r = raw(
+          port, "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{}",
+          true);
       CHECK(r.find("200 OK") == std::string::npos);
       CHECK(serves(port));
     }
@@ -429,15 +466,14 @@ TEST_SUITE("server") {
     for (bool batching : {true, false}) {
       CAPTURE(batching);
       auto args = base_args(batching);
-      args.insert(args.end(),
-                  {"--max-batch", "1", "--max-queue-rows", "1", "--debug-delay-us", "1500000"});
+      args.insert(args.end(), {"--max-queue-rows", "1", "--debug-delay-us", "1500000"});
       server_process srv(args);
       constexpr int n = 8;
       std::vector<response> res(n);
       std::vector<std::thread> clients;
       const auto body = body_of({model().row(4)});
       for (int i = 0; i < n; ++i) {
-        clients.emplace_back([&, i] { res[std::size_t(i)] = infer(srv.port(), body); });
+        clients.emplace_back([&, i] { res[std::size_t(i)] = infer(srv.port(), body, "mlp1"); });
       }
       for (auto& t : clients) {
         t.join();
@@ -454,7 +490,7 @@ TEST_SUITE("server") {
       }
       CHECK(ok + busy == n);
       CHECK(ok >= 1);
-      CHECK(busy >= 1);  // at most 3 rows fit (2 batches running, 1 queued) with batching
+      CHECK(busy >= 1);  // at most 2 rows fit (1 batch running, 1 queued) with batching
       CHECK(serves(srv.port()));
       CHECK(srv.stop(SIGTERM) == 0);
     }
@@ -471,9 +507,8 @@ TEST_SUITE("server") {
       tcp::socket s(io);
       s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
       const std::string body = body_of({model().row(5)});
-      const std::string req =
-          "POST /v1/infer HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
-          "\r\n\r\n" + body;
+      const std::string req = "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
       asio::write(s, asio::buffer(req));
       std::this_thread::sleep_for(100ms);
       s.close();
@@ -504,7 +539,7 @@ TEST_SUITE("server") {
                 asio::use_awaitable);
             for (int k = 0; k < 2; ++k) {  // two requests on one keep-alive connection
               const std::vector<std::vector<float>> rows{model().row(i * 2 + k)};
-              http::request<http::string_body> req{http::verb::post, "/v1/infer", 11};
+              http::request<http::string_body> req{http::verb::post, "/v2/models/mlp/infer", 11};
               req.set(http::field::host, "127.0.0.1");
               req.body() = body_of(rows);
               req.prepare_payload();
@@ -521,7 +556,8 @@ TEST_SUITE("server") {
     }
     io.run_for(150s);
     CHECK(good == 2 * n);
-    CHECK(metric(srv.port(), "cotensor_batches_total") < 2 * n);  // batching happened
+    // Batching happened: fewer forward passes than requests.
+    CHECK(metric(srv.port(), R"(nv_inference_exec_count{model="mlp",version="1"})") < 2 * n);
     CHECK(srv.stop(SIGTERM) == 0);
   }
 

@@ -1,0 +1,213 @@
+#pragma once
+
+// The Open Inference Protocol (KServe's "v2", as Triton speaks it over HTTP/REST) for a user's
+// own Boost.Beast server: a model registry, a loader for Triton-style model repositories of
+// feed-forward networks in safetensors files, and a request handler a connection's coroutine
+// calls. Target `cotensor::serving` (built when Boost.Beast is found).
+//
+//   cotensor::serving::model_repository models;
+//   models.load_repository("models");                   // DIR/<name>/config.json, DIR/<name>/<v>/
+//   cotensor::serving::handler v2(io.get_executor(), models);
+//   ...
+//   if (v2.matches(req.target()))                       // in the connection's coroutine
+//     response res = co_await v2.handle(req);
+//
+// Routes (`handler::matches`): `GET /v2/health/live`, `GET /v2/health/ready`, `GET /v2`,
+// `GET /v2/models/{m}[/versions/{v}]`, `GET .../ready`, `GET .../config`, `POST .../infer`
+// (JSON tensors and the binary tensor data extension) and `GET /metrics` (Triton's metric
+// names). Errors are `{"error": "..."}` with 400 (a bad request) or 404 (no such model, version
+// or route), 405 for a wrong method, 503 while overloaded or shut down, 500 when a model fails.
+
+#include "cotensor/asio.hpp"
+#include "cotensor/device.hpp"
+#include "cotensor/dtype.hpp"
+#include "cotensor/tensor.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#if defined(COTENSOR_SERVING_BUILDING)
+#define COTENSOR_SERVING_API __attribute__((visibility("default")))
+#else
+#define COTENSOR_SERVING_API
+#endif
+
+namespace cotensor::serving {
+
+/// One input or output of a model.
+struct tensor_spec {
+  std::string name;
+  cotensor::dtype datatype = cotensor::dtype::float32;
+  /// The shape of one item: without the batch dimension when the model batches
+  /// (`max_batch_size > 0`), the whole shape otherwise. Every extent is positive.
+  std::vector<std::int64_t> dims;
+};
+
+/// Triton's `dynamic_batching` section.
+struct dynamic_batching_config {
+  /// How long the first request of a batch waits for others.
+  std::chrono::microseconds max_queue_delay{0};
+  /// Informational (reported by `/config`); batches run at up to `max_batch_size` rows.
+  std::vector<std::int64_t> preferred_batch_size;
+};
+
+/// A model's configuration, as Triton's `config.pbtxt` has it (the JSON of `GET .../config`).
+struct model_config {
+  std::string name;
+  /// 0: the model does not batch and `dims` are whole shapes. Otherwise requests carry a leading
+  /// batch dimension of 1 to `max_batch_size`.
+  std::int64_t max_batch_size = 0;
+  std::vector<tensor_spec> inputs;
+  std::vector<tensor_spec> outputs;
+  /// Present: requests are gathered into batches (`cotensor::batcher`); absent: each runs alone.
+  std::optional<dynamic_batching_config> dynamic_batching;
+};
+
+/// What the server runs. Implement it to serve a model of your own; `load_model` makes the
+/// feed-forward models of a model repository.
+class COTENSOR_SERVING_API model {
+public:
+  virtual ~model();
+  /// The configuration; the same object for the model's lifetime.
+  virtual const model_config& config() const noexcept = 0;
+  /// Issues the ops of one forward pass and returns one tensor per configured output, in the
+  /// order of `config().outputs`. `inputs` holds one tensor per configured input, in order, of
+  /// the configured dtypes, on `placement()`, each with the batch dimension first when the
+  /// model batches. Called on an executor thread with no lock held: it must only issue ops
+  /// (never wait). An exception fails the requests of this pass with 500.
+  virtual std::vector<tensor> forward(const std::vector<tensor>& inputs) const = 0;
+  /// Where `forward` wants its inputs.
+  virtual cotensor::device placement() const noexcept;
+};
+
+/// Thrown by `load_model` and `model_repository::load_repository` for a model folder that is
+/// missing, malformed or whose tensors disagree with its configuration: `what()` names the file
+/// and the field.
+class COTENSOR_SERVING_API model_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Loads version `version` of the model in `folder` (`folder/config.json`,
+/// `folder/<version>/model.safetensors`) onto `placement`: Triton's configuration as JSON plus
+/// a `"layers"` list — `linear` (weight `[out, in]` as `torch.nn.Linear` stores it, optional
+/// bias), `relu`, `gelu` (`"approximate": "none"|"tanh"`), `tanh`, `sigmoid`, `softmax` (last
+/// axis), `layer_norm` (last axis, weight and bias, `eps`) and `embedding` (INT64 ids) — each
+/// naming its tensors by their safetensors names (a `torch.nn.Sequential`'s `state_dict` keys).
+/// No layers: the output is the input. See docs/server.md for the format.
+///
+/// Blocks until the weights are read and a trial pass over a batch of zeros has checked that
+/// the layers turn the configured input into the configured output: call it at start-up, not
+/// on an event-loop thread. Errors: `model_error` naming the file and the field.
+COTENSOR_SERVING_API std::shared_ptr<model>
+load_model(const std::filesystem::path& folder, std::int64_t version, cotensor::device placement);
+
+/// The models a handler serves, by name and version. Fill it before handing it to a handler;
+/// after that it is read-only. Thread safety: `const` members from any thread; the others from
+/// one thread, not concurrently with a handler's use.
+class COTENSOR_SERVING_API model_repository {
+public:
+  /// A model folder that did not load, and why.
+  struct failure {
+    std::string model;
+    std::string reason;
+  };
+
+  /// Adds `m` as `version` (positive) of the model `m->config().name`. Throws
+  /// `std::invalid_argument` for a duplicate, a non-positive version or a configuration that
+  /// cannot be served (no inputs or outputs, a duplicate tensor name, a non-positive extent).
+  void add(std::shared_ptr<const model> m, std::int64_t version = 1);
+
+  /// Loads every model folder of `dir` as Triton lays a repository out: `dir/<name>/config.json`
+  /// and one folder per version (a positive integer) holding `model.safetensors`; every version
+  /// is served, the highest is the default. A folder that fails is left out and reported; the
+  /// others still load. Throws `model_error` when `dir` is not a readable directory. Blocks (see
+  /// `load_model`).
+  std::vector<failure> load_repository(const std::filesystem::path& dir,
+                                       cotensor::device placement = cotensor::device::cpu());
+
+  /// The model `name` at `version` (0: the highest), or null.
+  std::shared_ptr<const model> find(std::string_view name, std::int64_t version = 0) const;
+  /// The versions of `name`, ascending (empty when there is no such model).
+  std::vector<std::int64_t> versions(std::string_view name) const;
+  /// The names of the models, sorted.
+  std::vector<std::string> names() const;
+
+private:
+  std::map<std::string, std::map<std::int64_t, std::shared_ptr<const model>>, std::less<>> models_;
+};
+
+/// How a handler serves.
+struct handler_options {
+  /// Gather requests into batches for the models whose configuration asks for it. Off: every
+  /// request runs alone.
+  bool dynamic_batching = true;
+  /// The most rows (batch entries) of one model waiting for a batch; beyond it requests get 503.
+  std::size_t max_queue_rows = 4096;
+  /// The most batches of one model running at once.
+  std::size_t max_running_batches = 1;
+  /// Reported by `GET /v2`.
+  std::string server_name = "cotensor";
+};
+
+namespace detail {
+class handler_state;
+}
+
+/// Serves the v2 REST routes of the models in a repository.
+///
+/// Completion: `handle` is an `asio::awaitable` that completes on the calling coroutine's
+/// executor with the response (it never throws for a bad request: that is a 4xx response).
+/// It never blocks its thread: an inference issues ops and suspends until they complete.
+/// Cancellation: cancelling the awaiting coroutine (e.g. `handle(req) || watch(socket)` when the
+/// client disconnects) cancels the request's wait; its rows leave the batch queue if they are
+/// still there. Thread safety: every member may be called from any thread, concurrently.
+/// Destroy the handler before its executor's execution context; the repository must outlive it.
+class COTENSOR_SERVING_API handler {
+public:
+  using request = boost::beast::http::request<boost::beast::http::string_body>;
+  using response = boost::beast::http::response<boost::beast::http::string_body>;
+
+  /// Batch timers and completions run on `executor`.
+  handler(asio::any_io_executor executor,
+          const model_repository& models,
+          handler_options options = {});
+  handler(const handler&) = delete;
+  handler& operator=(const handler&) = delete;
+  ~handler();
+
+  /// Whether `target` (a request target, query included) is one of this handler's routes:
+  /// `/v2` and below, and `/metrics`.
+  static bool matches(std::string_view target) noexcept;
+
+  /// Answers `req`. The response has the request's HTTP version, `Content-Type` and, for
+  /// binary outputs, `Inference-Header-Content-Length`; `keep_alive` and `Content-Length` are
+  /// the caller's to set (`prepare_payload`).
+  asio::awaitable<response> handle(const request& req);
+
+  /// Triton's metrics for every model and version, as Prometheus text (what `GET /metrics`
+  /// returns), followed by the batchers' own.
+  std::string metrics() const;
+
+  /// Readiness (`/v2/health/ready`) off, batch queues closed: later inferences get 503, queued
+  /// rows run at once. Idempotent.
+  void shutdown();
+
+private:
+  std::shared_ptr<detail::handler_state> state_;
+};
+
+}  // namespace cotensor::serving

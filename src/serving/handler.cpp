@@ -1,0 +1,658 @@
+// The v2 REST routes: health, metadata, configuration, inference and metrics.
+
+// GCC 12 pairs the coroutine frame's allocation with Asio's sized operator delete and warns of a
+// mismatch that is not there (GCC bug 109224, fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+#include <cotensor/batcher.hpp>
+#include <cotensor/config.hpp>
+#include <cotensor/ops.hpp>
+#include <cotensor/scope.hpp>
+
+#include "serving/element_visit.hpp"
+#include "serving/protocol.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/json.hpp>
+
+#include <atomic>
+#include <charconv>
+#include <cstring>
+#include <sstream>
+
+namespace cotensor::serving {
+
+namespace http = boost::beast::http;
+namespace json = boost::json;
+using clock_type = std::chrono::steady_clock;
+constexpr std::string_view header_length_field = "Inference-Header-Content-Length";
+
+namespace detail {
+
+// Counters of one model version, for /metrics (Triton's names).
+struct model_counters {
+  std::atomic<std::uint64_t> success{0};
+  std::atomic<std::uint64_t> failure{0};
+  std::atomic<std::uint64_t> inferences{0};  // batch rows inferred
+  std::atomic<std::uint64_t> executions{0};  // forward passes of unbatched requests
+  std::atomic<std::uint64_t> request_ns{0};
+  std::atomic<std::uint64_t> compute_ns{0};   // of unbatched requests
+  std::atomic<std::int64_t> running_rows{0};  // of unbatched requests, bounded as a queue
+};
+
+struct served_model {
+  std::string name;
+  std::int64_t version = 0;
+  std::shared_ptr<const model> m;
+  std::unique_ptr<batcher> batch;  // when the model's requests are batched
+  model_counters counters;
+};
+
+class handler_state {
+public:
+  handler_state(asio::any_io_executor ex, const model_repository& repo, handler_options options)
+      : executor_(std::move(ex)), repo_(repo), options_(std::move(options)) {
+    for (const auto& name : repo_.names()) {
+      for (const auto v : repo_.versions(name)) {
+        auto s = std::make_unique<served_model>();
+        s->name = name;
+        s->version = v;
+        s->m = repo_.find(name, v);
+        const auto& c = s->m->config();
+        if (options_.dynamic_batching && c.dynamic_batching && c.max_batch_size > 0 &&
+            c.inputs.size() == 1 && c.outputs.size() == 1) {
+          s->batch = make_batcher(*s);
+        }
+        served_.emplace(std::pair{name, v}, std::move(s));
+      }
+    }
+  }
+
+  ~handler_state() { shutdown(); }
+
+  void shutdown() {
+    ready_ = false;
+    for (auto& [key, s] : served_) {
+      if (s->batch) {
+        s->batch->shutdown();
+      }
+    }
+  }
+
+  asio::awaitable<handler::response> handle(const handler::request& req);
+  std::string metrics() const;
+
+private:
+  using response = handler::response;
+
+  std::unique_ptr<batcher> make_batcher(served_model& s) {
+    const auto& c = s.m->config();
+    const auto width = [](const tensor_spec& t) {
+      std::int64_t n = 1;
+      for (const auto e : t.dims) {
+        n *= e;
+      }
+      return n;
+    };
+    const std::int64_t in_width = width(c.inputs.front());
+    const std::int64_t out_width = width(c.outputs.front());
+    std::vector<std::int64_t> in_shape = c.inputs.front().dims;
+    in_shape.insert(in_shape.begin(), 0);
+    auto fn = [m = s.m, in_shape, out_width](const tensor& x) mutable {
+      const std::int64_t rows = x.shape()[0];
+      auto in = in_shape;
+      in[0] = rows;
+      std::vector<tensor> y = m->forward({reshape(x, shape(in))});
+      if (y.size() != 1 || y.front().numel() != rows * out_width) {
+        throw std::runtime_error("model '" + m->config().name + "' returned the wrong outputs");
+      }
+      return reshape(y.front(), {rows, out_width});
+    };
+    batcher_options o;
+    o.max_batch_rows = static_cast<std::size_t>(c.max_batch_size);
+    o.window = c.dynamic_batching->max_queue_delay;
+    o.max_queue_rows = std::max(options_.max_queue_rows, o.max_batch_rows);
+    o.max_running_batches = options_.max_running_batches;
+    o.start_when_idle = true;
+    o.in_dtype = c.inputs.front().datatype;
+    o.in_device = s.m->placement();
+    return std::make_unique<batcher>(executor_, static_cast<std::size_t>(in_width),
+                                     static_cast<std::size_t>(out_width), std::move(fn), o);
+  }
+
+  served_model* find(std::string_view name, std::int64_t version) {
+    if (version == 0) {
+      const auto v = repo_.versions(name);
+      if (v.empty()) {
+        return nullptr;
+      }
+      version = v.back();
+    }
+    const auto it = served_.find(std::pair{std::string(name), version});
+    return it == served_.end() ? nullptr : it->second.get();
+  }
+
+  response reply(const handler::request& req,
+                 http::status status,
+                 std::string body,
+                 std::string_view type = "application/json") const {
+    response res{status, req.version()};
+    res.set(http::field::content_type, type);
+    res.set(http::field::server, options_.server_name);
+    res.body() = std::move(body);
+    return res;
+  }
+
+  response error(const handler::request& req, http::status status, std::string_view what) const {
+    return reply(req, status, protocol::error_body(what));
+  }
+
+  response wrong_method(const handler::request& req, const char* allow) const {
+    auto res = error(req, http::status::method_not_allowed,
+                     std::string("method not allowed; use ") + allow);
+    res.set(http::field::allow, allow);
+    return res;
+  }
+
+  response server_metadata(const handler::request& req) const {
+    json::object o;
+    o["name"] = options_.server_name;
+    o["version"] = std::to_string(COTENSOR_VERSION_MAJOR) + "." +
+                   std::to_string(COTENSOR_VERSION_MINOR) + "." +
+                   std::to_string(COTENSOR_VERSION_PATCH);
+    o["extensions"] = json::array{"binary_tensor_data", "model_configuration"};
+    return reply(req, http::status::ok, json::serialize(o));
+  }
+
+  static json::array spec_list(const std::vector<tensor_spec>& specs, bool batched) {
+    json::array out;
+    for (const auto& s : specs) {
+      json::array shape;
+      if (batched) {
+        shape.emplace_back(-1);
+      }
+      for (const auto e : s.dims) {
+        shape.emplace_back(e);
+      }
+      out.emplace_back(json::object{{"name", s.name},
+                                    {"datatype", protocol::datatype_name(s.datatype)},
+                                    {"shape", std::move(shape)}});
+    }
+    return out;
+  }
+
+  response
+  model_metadata(const handler::request& req, const served_model& s, bool all_versions) const {
+    const auto& c = s.m->config();
+    json::array versions;
+    for (const auto v : all_versions ? repo_.versions(s.name) : std::vector{s.version}) {
+      versions.emplace_back(std::to_string(v));
+    }
+    json::object o;
+    o["name"] = c.name;
+    o["versions"] = std::move(versions);
+    o["platform"] = "cotensor";
+    o["inputs"] = spec_list(c.inputs, c.max_batch_size > 0);
+    o["outputs"] = spec_list(c.outputs, c.max_batch_size > 0);
+    return reply(req, http::status::ok, json::serialize(o));
+  }
+
+  static json::array config_list(const std::vector<tensor_spec>& specs) {
+    json::array out;
+    for (const auto& s : specs) {
+      json::array dims;
+      for (const auto e : s.dims) {
+        dims.emplace_back(e);
+      }
+      out.emplace_back(json::object{{"name", s.name},
+                                    {"data_type", protocol::config_type_name(s.datatype)},
+                                    {"dims", std::move(dims)}});
+    }
+    return out;
+  }
+
+  response model_config_json(const handler::request& req, const served_model& s) const {
+    const auto& c = s.m->config();
+    json::object o;
+    o["name"] = c.name;
+    o["platform"] = "cotensor";
+    o["backend"] = "cotensor";
+    o["max_batch_size"] = c.max_batch_size;
+    o["input"] = config_list(c.inputs);
+    o["output"] = config_list(c.outputs);
+    if (s.batch) {
+      json::array preferred;
+      for (const auto p : c.dynamic_batching->preferred_batch_size) {
+        preferred.emplace_back(p);
+      }
+      o["dynamic_batching"] = json::object{
+          {"max_queue_delay_microseconds", c.dynamic_batching->max_queue_delay.count()},
+          {"preferred_batch_size", std::move(preferred)}};
+    }
+    return reply(req, http::status::ok, json::serialize(o));
+  }
+
+  asio::awaitable<response> infer(const handler::request& req, served_model& s);
+  response
+  failure(const handler::request& req, served_model& s, const std::exception_ptr& failed) const;
+  response success(const handler::request& req,
+                   served_model& s,
+                   const protocol::decoded_request& request,
+                   const std::vector<protocol::computed_output>& outputs,
+                   clock_type::time_point start) const;
+
+  asio::any_io_executor executor_;
+  const model_repository& repo_;
+  handler_options options_;
+  std::atomic<bool> ready_{true};
+  // Built at construction, read-only after: no lock.
+  std::map<std::pair<std::string, std::int64_t>, std::unique_ptr<served_model>> served_;
+};
+
+namespace {
+
+// The path's segments after the leading '/', query dropped: "/v2/models/m" -> {v2, models, m}.
+std::vector<std::string_view> segments(std::string_view target) {
+  target = target.substr(0, target.find('?'));
+  std::vector<std::string_view> out;
+  while (!target.empty()) {
+    if (target.front() == '/') {
+      target.remove_prefix(1);
+      continue;
+    }
+    const auto end = target.find('/');
+    out.push_back(target.substr(0, end));
+    target = end == std::string_view::npos ? std::string_view{} : target.substr(end);
+  }
+  return out;
+}
+
+// A computed output's host bytes, as the protocol lays them out.
+std::vector<std::byte> host_bytes(const tensor& t) {
+  return visit_element_type(t.dtype(), [&]<class T>(element_tag<T>) {
+    std::vector<std::byte> out(static_cast<std::size_t>(t.numel()) * sizeof(T));
+    if constexpr (std::is_same_v<T, bool>) {
+      const auto v = t.to_vector<bool>();
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        out[i] = std::byte{v[i] ? std::uint8_t{1} : std::uint8_t{0}};
+      }
+    } else {
+      const auto v = t.to_vector<T>();
+      std::memcpy(out.data(), v.data(), out.size());
+    }
+    return out;
+  });
+}
+
+std::uint64_t ns(clock_type::duration d) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+bool is_aborted(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const boost::system::system_error& s) {
+    return s.code() == asio::error::operation_aborted;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+asio::awaitable<handler::response> handler_state::handle(const handler::request& req) {
+  const auto path = segments(req.target());
+  const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
+  if (path.size() == 1 && path[0] == "metrics") {
+    if (!get) {
+      co_return wrong_method(req, "GET");
+    }
+    co_return reply(req, http::status::ok, metrics(), "text/plain; version=0.0.4");
+  }
+  if (path.empty() || path[0] != "v2") {
+    co_return error(req, http::status::not_found, "no such route");
+  }
+  if (path.size() == 1) {
+    co_return get ? server_metadata(req) : wrong_method(req, "GET");
+  }
+  if (path[1] == "health" && path.size() == 3 && (path[2] == "live" || path[2] == "ready")) {
+    if (!get) {
+      co_return wrong_method(req, "GET");
+    }
+    if (path[2] == "live") {
+      co_return reply(req, http::status::ok, R"({"live":true})");
+    }
+    co_return ready_ ? reply(req, http::status::ok, R"({"ready":true})")
+                     : reply(req, http::status::service_unavailable, R"({"ready":false})");
+  }
+  if (path[1] != "models" || path.size() < 3) {
+    co_return error(req, http::status::not_found, "no such route");
+  }
+  // /v2/models/{name}[/versions/{v}][/ready|/config|/infer]
+  const std::string_view name = path[2];
+  std::size_t next = 3;
+  std::int64_t version = 0;
+  if (path.size() > 4 && path[3] == "versions") {
+    const auto v = path[4];
+    const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), version);
+    if (ec != std::errc{} || p != v.data() + v.size() || version < 1) {
+      co_return error(req, http::status::bad_request,
+                      "version '" + std::string(v) + "' is not a positive integer");
+    }
+    next = 5;
+  }
+  if (path.size() > next + 1) {
+    co_return error(req, http::status::not_found, "no such route");
+  }
+  served_model* s = find(name, version);
+  if (s == nullptr) {
+    if (repo_.versions(name).empty()) {
+      co_return error(req, http::status::not_found, "no model '" + std::string(name) + "'");
+    }
+    co_return error(req, http::status::not_found,
+                    "model '" + std::string(name) + "' has no version " + std::to_string(version));
+  }
+  const std::string_view action = path.size() > next ? path[next] : std::string_view{};
+  if (action.empty()) {
+    co_return get ? model_metadata(req, *s, version == 0) : wrong_method(req, "GET");
+  }
+  if (action == "ready") {
+    if (!get) {
+      co_return wrong_method(req, "GET");
+    }
+    json::object o{{"name", s->name}, {"ready", ready_.load()}};
+    co_return reply(req, ready_ ? http::status::ok : http::status::service_unavailable,
+                    json::serialize(o));
+  }
+  if (action == "config") {
+    co_return get ? model_config_json(req, *s) : wrong_method(req, "GET");
+  }
+  if (action == "infer") {
+    if (req.method() != http::verb::post) {
+      co_return wrong_method(req, "POST");
+    }
+    co_return co_await infer(req, *s);
+  }
+  co_return error(req, http::status::not_found, "no such route");
+}
+
+namespace {
+
+// The request's input tensors, on the model's device.
+std::vector<tensor> input_tensors(const protocol::decoded_request& request, const model& m) {
+  std::vector<tensor> inputs;
+  for (std::size_t i = 0; i < request.inputs.size(); ++i) {
+    const auto& in = request.inputs[i];
+    const auto& spec = m.config().inputs[i];
+    const std::size_t count = in.bytes.size() / itemsize(spec.datatype);
+    inputs.push_back(cotensor::detail::from_host(in.bytes.data(), count, spec.datatype,
+                                                 shape(in.shape), m.placement()));
+  }
+  return inputs;
+}
+
+// Output `index` of `outputs`, computed and on the host, as the response carries it.
+protocol::computed_output computed(const model_config& config,
+                                   const std::vector<tensor>& outputs,
+                                   const protocol::requested_output& want) {
+  const tensor& y = outputs.at(want.index);
+  if (y.dtype() != config.outputs[want.index].datatype) {
+    throw std::runtime_error("model '" + config.name + "' returned output '" +
+                             config.outputs[want.index].name + "' as " +
+                             std::string(cotensor::name(y.dtype())));
+  }
+  protocol::computed_output o;
+  o.index = want.index;
+  o.binary = want.binary;
+  for (std::size_t d = 0; d < y.rank(); ++d) {
+    o.shape.push_back(y.shape()[d]);
+  }
+  o.bytes = host_bytes(y);  // computed: does not block
+  return o;
+}
+
+}  // namespace
+
+handler::response handler_state::failure(const handler::request& req,
+                                         served_model& s,
+                                         const std::exception_ptr& failed) const {
+  ++s.counters.failure;
+  try {
+    std::rethrow_exception(failed);
+  } catch (const std::system_error& e) {
+    if (e.code() == batcher_errc::queue_full || e.code() == batcher_errc::closed) {
+      auto res = error(req, http::status::service_unavailable, e.what());
+      res.set(http::field::retry_after, "1");
+      return res;
+    }
+    return error(req, http::status::internal_server_error, e.what());
+  } catch (const std::exception& e) {
+    return error(req, http::status::internal_server_error, e.what());
+  } catch (...) {
+    return error(req, http::status::internal_server_error, "unknown error");
+  }
+}
+
+handler::response handler_state::success(const handler::request& req,
+                                         served_model& s,
+                                         const protocol::decoded_request& request,
+                                         const std::vector<protocol::computed_output>& outputs,
+                                         clock_type::time_point start) const {
+  auto encoded = protocol::encode_infer_response(s.m->config(), s.version, request.id, outputs);
+  ++s.counters.success;
+  s.counters.inferences += static_cast<std::uint64_t>(request.batch);
+  s.counters.request_ns += ns(clock_type::now() - start);
+  auto res = reply(req, http::status::ok, std::move(encoded.body),
+                   encoded.header_length ? "application/octet-stream" : "application/json");
+  if (encoded.header_length) {
+    res.set(header_length_field, std::to_string(*encoded.header_length));
+  }
+  return res;
+}
+
+asio::awaitable<handler::response> handler_state::infer(const handler::request& req,
+                                                        served_model& s) {
+  const auto start = clock_type::now();
+  const auto& config = s.m->config();
+  std::optional<std::string_view> header_length;
+  if (const auto it = req.find(header_length_field); it != req.end()) {
+    header_length = std::string_view(it->value().data(), it->value().size());
+  }
+  std::variant<protocol::decoded_request, protocol::request_error> decoded;
+  try {
+    decoded = protocol::decode_infer_request(req.body(), header_length, config);
+  } catch (const std::bad_alloc&) {
+    decoded = protocol::request_error{400, "the request does not fit in memory"};
+  } catch (const std::exception& e) {
+    // The decoder checks what it reads; this is a bug there, not a reason to drop the
+    // connection.
+    decoded = protocol::request_error{400, std::string("malformed request: ") + e.what()};
+  }
+  if (auto* e = std::get_if<protocol::request_error>(&decoded)) {
+    ++s.counters.failure;
+    co_return error(req, static_cast<http::status>(e->status), e->message);
+  }
+  const auto& request = std::get<protocol::decoded_request>(decoded);
+  if (!ready_) {
+    ++s.counters.failure;
+    co_return error(req, http::status::service_unavailable, "the server is shutting down");
+  }
+  // Unbatched requests are bounded as the batcher bounds its queue: by rows being computed.
+  struct admission {
+    std::atomic<std::int64_t>& rows;
+    std::int64_t n;
+    ~admission() { rows -= n; }
+  };
+  const auto admitted = s.counters.running_rows += request.batch;
+  const admission guard{s.counters.running_rows, request.batch};
+  if (!s.batch && admitted > static_cast<std::int64_t>(options_.max_queue_rows)) {
+    co_return failure(req, s, std::make_exception_ptr(std::system_error(batcher_errc::queue_full)));
+  }
+  // An exception from an await here is the caller's cancellation (operation_aborted): it
+  // propagates. Every other failure is the request's, answered with a status.
+  std::vector<tensor> outputs;
+  std::exception_ptr failed;
+  try {
+    std::vector<tensor> inputs = input_tensors(request, *s.m);
+    if (s.batch) {
+      const auto rows = request.batch;
+      tensor x = reshape(inputs.front(), {rows, inputs.front().numel() / rows});
+      auto done = co_await s.batch->async_submit(std::move(x), asio::as_tuple(asio::use_awaitable));
+      failed = std::get<0>(done);
+      if (!failed) {
+        std::vector<std::int64_t> out = config.outputs.front().dims;
+        out.insert(out.begin(), rows);
+        outputs.push_back(reshape(std::get<1>(done), shape(out)));
+      }
+    } else {
+      cotensor::scope scope;
+      const auto issued = clock_type::now();
+      outputs = scope.run([&] { return s.m->forward(inputs); });
+      failed = std::get<0>(co_await scope.async_wait(asio::as_tuple(asio::use_awaitable)));
+      ++s.counters.executions;
+      s.counters.compute_ns += ns(clock_type::now() - issued);
+      if (!failed && outputs.size() != config.outputs.size()) {
+        throw std::runtime_error("model '" + config.name +
+                                 "' returned the wrong number of outputs");
+      }
+    }
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  if (failed && is_aborted(failed)) {
+    std::rethrow_exception(failed);
+  }
+  std::vector<protocol::computed_output> computed_outputs;
+  for (const auto& want : request.outputs) {
+    if (failed) {
+      break;
+    }
+    tensor y = outputs.at(want.index);
+    if (y.device() != device::cpu()) {
+      y = y.to(device::cpu());
+      outputs[want.index] = y;
+    }
+    co_await y.ready();  // the copy to the host
+    try {
+      computed_outputs.push_back(computed(config, outputs, want));
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  if (failed) {
+    co_return failure(req, s, failed);
+  }
+  co_return success(req, s, request, computed_outputs, start);
+}
+
+std::string handler_state::metrics() const {
+  struct family {
+    const char* name;
+    const char* help;
+  };
+  static constexpr family families[] = {
+      {"nv_inference_request_success", "Number of successful inference requests, all batch sizes"},
+      {"nv_inference_request_failure", "Number of failed inference requests, all batch sizes"},
+      {"nv_inference_count", "Number of inferences performed (a batch of n counts n)"},
+      {"nv_inference_exec_count", "Number of model executions performed (a batch counts once)"},
+      {"nv_inference_request_duration_us",
+       "Cumulative inference request duration in microseconds (successful requests)"},
+      {"nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds"},
+      {"nv_inference_compute_infer_duration_us",
+       "Cumulative compute inference duration in microseconds"},
+  };
+  std::ostringstream os;
+  for (std::size_t f = 0; f < std::size(families); ++f) {
+    os << "# HELP " << families[f].name << " " << families[f].help << "\n# TYPE "
+       << families[f].name << " counter\n";
+    for (const auto& [key, s] : served_) {
+      const auto& c = s->counters;
+      std::uint64_t value = 0;
+      const batcher_stats b = s->batch ? s->batch->stats() : batcher_stats{};
+      switch (f) {
+      case 0:
+        value = c.success;
+        break;
+      case 1:
+        value = c.failure;
+        break;
+      case 2:
+        value = c.inferences;
+        break;
+      case 3:
+        value = c.executions + b.batches;
+        break;
+      case 4:
+        value = c.request_ns / 1000;
+        break;
+      case 5:
+        value = static_cast<std::uint64_t>(b.queue_time.count()) / 1000;
+        break;
+      default:
+        value = (c.compute_ns + static_cast<std::uint64_t>(b.compute_time.count())) / 1000;
+        break;
+      }
+      os << families[f].name << "{model=\"" << s->name << "\",version=\"" << s->version << "\"} "
+         << value << "\n";
+    }
+  }
+  os << "# HELP cotensor_batch_queue_rows Rows waiting for a batch.\n"
+     << "# TYPE cotensor_batch_queue_rows gauge\n";
+  for (const auto& [key, s] : served_) {
+    if (s->batch) {
+      os << "cotensor_batch_queue_rows{model=\"" << s->name << "\",version=\"" << s->version
+         << "\"} " << s->batch->stats().queue_rows << "\n";
+    }
+  }
+  os << "# HELP cotensor_batch_size Rows per batch.\n# TYPE cotensor_batch_size histogram\n";
+  for (const auto& [key, s] : served_) {
+    if (!s->batch) {
+      continue;
+    }
+    const auto b = s->batch->stats();
+    const std::string labels =
+        "model=\"" + s->name + "\",version=\"" + std::to_string(s->version) + "\"";
+    std::uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < b.batch_rows_log2.size(); ++i) {
+      cumulative += b.batch_rows_log2[i];
+      os << "cotensor_batch_size_bucket{" << labels << ",le=\"" << (std::uint64_t{1} << i) << "\"} "
+         << cumulative << "\n";
+    }
+    os << "cotensor_batch_size_bucket{" << labels << ",le=\"+Inf\"} " << cumulative << "\n"
+       << "cotensor_batch_size_sum{" << labels << "} " << b.rows << "\n"
+       << "cotensor_batch_size_count{" << labels << "} " << b.batches << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace detail
+
+handler::handler(asio::any_io_executor executor,
+                 const model_repository& models,
+                 handler_options options)
+    : state_(std::make_shared<detail::handler_state>(
+          std::move(executor), models, std::move(options))) {}
+
+handler::~handler() = default;
+
+bool handler::matches(std::string_view target) noexcept {
+  target = target.substr(0, target.find('?'));
+  return target == "/metrics" || target == "/v2" || target.starts_with("/v2/");
+}
+
+asio::awaitable<handler::response> handler::handle(const request& req) {
+  // Keep the state alive across the suspension, whatever happens to this handler meanwhile.
+  auto state = state_;
+  co_return co_await state->handle(req);
+}
+
+std::string handler::metrics() const { return state_->metrics(); }
+
+void handler::shutdown() { state_->shutdown(); }
+
+}  // namespace cotensor::serving
