@@ -35,17 +35,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$python" - "$root/examples/server" "$work/models" "$window" <<'PY'
-import sys
-sys.path.insert(0, sys.argv[1])
-import torch
-from torch import nn
-from export_model import export
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(512, 4096), nn.ReLU(), nn.Linear(4096, 16)).eval()
-export(model, sys.argv[2], "bench", [512], torch.float32, max_batch_size=64,
-       dynamic_batching={"max_queue_delay_microseconds": int(sys.argv[3])})
-PY
+"$python" "$here/bench_model.py" "$work/models" "$window"
 
 # start NAME COMMAND...: runs it, waits for its "listening on 127.0.0.1:PORT" line.
 declare -A port

@@ -24,17 +24,7 @@ cleanup() { [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null; rm -rf "$repo" "$log
 trap cleanup EXIT
 
 # The model repository: $repo/bench/config.json and $repo/bench/1/model.safetensors.
-"$python" - "$root/examples/server" "$repo" "$window" <<'PY'
-import sys
-sys.path.insert(0, sys.argv[1])
-import torch
-from torch import nn
-from export_model import export
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(512, 4096), nn.ReLU(), nn.Linear(4096, 16)).eval()
-export(model, sys.argv[2], "bench", [512], torch.float32, max_batch_size=64,
-       dynamic_batching={"max_queue_delay_microseconds": int(sys.argv[3])})
-PY
+"$python" "$here/bench_model.py" "$repo" "$window"
 
 url=/v2/models/bench/infer
 echo "# $(nproc) cores; load average: $(cut -d' ' -f1-3 /proc/loadavg);" \

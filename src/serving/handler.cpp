@@ -11,7 +11,7 @@
 #include <cotensor/ops.hpp>
 #include <cotensor/scope.hpp>
 
-#include "serving/element_visit.hpp"
+#include "element.hpp"
 #include "serving/protocol.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -273,7 +273,7 @@ std::vector<std::string_view> segments(std::string_view target) {
 
 // A computed output's host bytes, as the protocol lays them out.
 std::vector<std::byte> host_bytes(const tensor& t) {
-  return visit_element_type(t.dtype(), [&]<class T>(element_tag<T>) {
+  return cotensor::detail::visit_dtype(t.dtype(), [&]<class T>(cotensor::detail::type_tag<T>) {
     std::vector<std::byte> out(static_cast<std::size_t>(t.numel()) * sizeof(T));
     if constexpr (std::is_same_v<T, bool>) {
       const auto v = t.to_vector<bool>();

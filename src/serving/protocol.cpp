@@ -1,6 +1,6 @@
 #include "serving/protocol.hpp"
 
-#include "serving/element_visit.hpp"
+#include "element.hpp"
 #include "serving/exact_json.hpp"
 
 #include <boost/json.hpp>
@@ -340,9 +340,10 @@ decode_infer_request(std::string_view body,
       return bad(what + " has neither 'data' nor a binary_data_size parameter");
     }
     decoded.bytes.reserve(*count * itemsize);
-    const bool ok = visit_element_type(spec->datatype, [&]<class T>(element_tag<T>) {
-      return flatten<T>(*data, decoded.bytes, *count);
-    });
+    const bool ok =
+        cotensor::detail::visit_dtype(spec->datatype, [&]<class T>(cotensor::detail::type_tag<T>) {
+          return flatten<T>(*data, decoded.bytes, *count);
+        });
     if (!ok) {
       return bad(what + ": 'data' holds a value that is not " +
                  std::string(datatype_name(spec->datatype)) + " or more than shape " +
@@ -426,7 +427,7 @@ encoded_response encode_infer_response(const model_config& config,
       binary_bytes += o.bytes.size();
     } else {
       json::array data;
-      visit_element_type(spec.datatype, [&]<class T>(element_tag<T>) {
+      cotensor::detail::visit_dtype(spec.datatype, [&]<class T>(cotensor::detail::type_tag<T>) {
         const std::size_t n = o.bytes.size() / sizeof(T);
         data.reserve(n);
         for (std::size_t i = 0; i < n; ++i) {

@@ -209,25 +209,21 @@ struct weights {
          {"2.weight", cotensor::transpose(cotensor::from_vector(w2, {hidden, out}))},
          {"2.bias", cotensor::from_vector(b2, {out})}},
         {});
+    std::ofstream(dir + "/mlp/config.json") << config("mlp", 64);
     // "mlp1": the same, in batches of one row (a queue of one row is then possible).
     std::filesystem::create_directories(dir + "/mlp1/1");
     std::filesystem::copy_file(dir + "/mlp/1/model.safetensors", dir + "/mlp1/1/model.safetensors");
-    std::ofstream(dir + "/mlp1/config.json") << R"({
-  "name": "mlp1", "max_batch_size": 1,
+    std::ofstream(dir + "/mlp1/config.json") << config("mlp1", 1);
+  }
+
+  static std::string config(const std::string& name, int max_batch_size) {
+    return R"({"name": ")" + name + R"(", "max_batch_size": )" + std::to_string(max_batch_size) +
+           R"(,
   "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [8]}],
   "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
   "dynamic_batching": {"max_queue_delay_microseconds": 1000},
   "layers": [{"op": "linear", "weight": "0.weight", "bias": "0.bias"}, {"op": "relu"},
-             {"op": "linear", "weight": "2.weight", "bias": "2.bias"}]
-})";
-    std::ofstream(dir + "/mlp/config.json") << R"({
-  "name": "mlp", "max_batch_size": 64,
-  "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [8]}],
-  "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
-  "dynamic_batching": {"max_queue_delay_microseconds": 1000},
-  "layers": [{"op": "linear", "weight": "0.weight", "bias": "0.bias"}, {"op": "relu"},
-             {"op": "linear", "weight": "2.weight", "bias": "2.bias"}]
-})";
+             {"op": "linear", "weight": "2.weight", "bias": "2.bias"}]})";
   }
 
   std::vector<double> forward(const std::vector<float>& x) const {
