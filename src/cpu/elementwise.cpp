@@ -1,9 +1,10 @@
 // The CPU's elementwise kernels for every dtype: fill, cast, binary ops (same shape, with a
 // scalar, broadcasting), unary ops and where. Each flat loop is compiled once per x86 vector
-// width (COTENSOR_VECTOR_CLONES) with every op inlined into it (COTENSOR_FLATTEN); float16 and
-// bfloat16 convert blocks to float (half_convert.hpp), run float's loops and round once.
+// width (COTENSOR_VECTOR_CLONES) with every op inlined into it (COTENSOR_FLATTEN). float16 and
+// bfloat16 compute in float and round once: their arithmetic in AVX2 registers (half8.hpp), the
+// other ops on blocks converted to float (half_convert.hpp) through float's loops.
 
-#include "cpu/f16c.hpp"
+#include "cpu/half8.hpp"
 #include "cpu/half_convert.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/vector_clones.hpp"
@@ -14,7 +15,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 
 namespace cotensor::detail::cpu {
 namespace {
@@ -127,9 +127,9 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void binary_span_of(binary_op op,
   });
 }
 
-#if COTENSOR_HAVE_F16C
+#if COTENSOR_HAVE_HALF8
 template <binary_op Op>
-COTENSOR_F16C_TARGET inline __m256 apply_binary8(__m256 x, __m256 y) noexcept {
+COTENSOR_HALF8_TARGET inline __m256 apply_binary8(__m256 x, __m256 y) noexcept {
   if constexpr (Op == binary_op::add) {
     return _mm256_add_ps(x, y);
   } else if constexpr (Op == binary_op::sub) {
@@ -142,16 +142,13 @@ COTENSOR_F16C_TARGET inline __m256 apply_binary8(__m256 x, __m256 y) noexcept {
   }
 }
 
-// float16 ⊗ float16 for the four arithmetic ops, eight lanes converted in registers (F16C), no
-// float block between: on cached data about 4x faster than binary_span_half's blocks. Operands
-// as binary_span_half's; returns how many leading elements it wrote, a multiple of 8.
-template <binary_op Op>
-COTENSOR_F16C_TARGET std::int64_t arith_half8(const float16_t* a,
-                                              float x,
-                                              const float16_t* b,
-                                              float y,
-                                              float16_t* out,
-                                              std::int64_t n) noexcept {
+// The four arithmetic ops on float16 or bfloat16, eight lanes converted in AVX2 registers
+// (half8.hpp), no float block between: on cached data about 3x faster than binary_span_half's
+// blocks. Operands as binary_span_half's; returns how many leading elements it wrote, a
+// multiple of 8.
+template <binary_op Op, class H>
+COTENSOR_HALF8_TARGET std::int64_t
+arith_half8(const H* a, float x, const H* b, float y, H* out, std::int64_t n) noexcept {
   const __m256 vx = _mm256_set1_ps(x);
   const __m256 vy = _mm256_set1_ps(y);
   std::int64_t i = 0;
@@ -171,14 +168,10 @@ COTENSOR_F16C_TARGET std::int64_t arith_half8(const float16_t* a,
   return i;
 }
 
-std::int64_t arith_half_f16c(binary_op op,
-                             const float16_t* a,
-                             float x,
-                             const float16_t* b,
-                             float y,
-                             float16_t* out,
-                             std::int64_t n) noexcept {
-  if (!cpu_has_f16c()) {
+template <class H>
+std::int64_t arith_half(
+    binary_op op, const H* a, float x, const H* b, float y, H* out, std::int64_t n) noexcept {
+  if (!cpu_has_half8()) {
     return 0;
   }
   switch (op) {
@@ -196,8 +189,9 @@ std::int64_t arith_half_f16c(binary_op op,
 }
 #endif
 
-// float16 and bfloat16: blocks of the operands converted to float (F16C for float16 where the
-// CPU has it), float's loops, and the result rounded once, as one element at a time would be.
+// float16 and bfloat16: the arithmetic ops in AVX2 registers where the CPU has them
+// (arith_half), the rest in blocks of the operands converted to float, float's loops, and the
+// result rounded once; either way as one element at a time would be.
 // An operand is the halves at `a` (stride 1) or, where `a` is null, the one float `x`.
 constexpr std::int64_t half_block = 512;
 
@@ -210,10 +204,8 @@ void binary_span_half(
   const std::int64_t as = a != nullptr ? 1 : 0;
   const std::int64_t bs = b != nullptr ? 1 : 0;
   std::int64_t done = 0;
-#if COTENSOR_HAVE_F16C
-  if constexpr (std::is_same_v<H, float16_t>) {
-    done = arith_half_f16c(op, a, x, b, y, static_cast<float16_t*>(out), n);
-  }
+#if COTENSOR_HAVE_HALF8
+  done = arith_half(op, a, x, b, y, static_cast<H*>(out), n);
 #endif
   for (std::int64_t lo = done; lo < n; lo += half_block) {
     const std::int64_t m = std::min(half_block, n - lo);
@@ -422,7 +414,7 @@ void cast(dtype from, const void* in, dtype to, void* out, std::int64_t n) {
     const void* src = offset_bytes(in, lo, fi);
     void* dst = offset_bytes(out, lo, ti);
     const std::int64_t m = hi - lo;
-    // float32 to and from the halves: the block conversions (F16C), the same bits.
+    // float32 to and from the halves: the span conversions (AVX2, F16C), the same bits.
     if (from == dtype::float16 && to == dtype::float32) {
       to_float_span(static_cast<const float16_t*>(src), static_cast<float*>(dst), m);
     } else if (from == dtype::bfloat16 && to == dtype::float32) {
