@@ -119,6 +119,13 @@ private:
 
 template <class T>
 void half_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std::int64_t n) {
+  if (m == 0 || n == 0) {
+    return;
+  }
+  if (k == 0) {  // no scratch of 0 bytes
+    std::fill(c, c + m * n, T(0.0F));
+    return;
+  }
   const float_scratch fa(m * k);
   const float_scratch fb(k * n);
   const float_scratch fc(m * n);
