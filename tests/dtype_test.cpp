@@ -1,5 +1,7 @@
 #include "cotensor/dtype.hpp"
 
+#include "cpu/half_convert.hpp"
+
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -7,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <sstream>
+#include <vector>
 
 using namespace cotensor;
 
@@ -117,6 +120,63 @@ TEST_SUITE("dtype") {
     CHECK(bfloat16_t(INFINITY).bits == 0x7F80);
     CHECK(bfloat16_t(std::numeric_limits<float>::max()).bits == 0x7F80);  // rounds past max
     CHECK(static_cast<float>(bfloat16_t(1.0F)) == 1.0F);
+  }
+
+  TEST_CASE("the CPU's span conversions give the scalar conversions' bits") {
+    // float16 goes through F16C where the CPU has it: every half, and floats around every
+    // half's midpoints, across the range, and NaNs with payloads, in spans whose lengths leave
+    // tails past the eight-lane vectors.
+    std::vector<float> floats;
+    for (std::uint32_t h = 0; h < 0x10000; ++h) {
+      const std::uint32_t w =
+          std::bit_cast<std::uint32_t>(half_value(static_cast<std::uint16_t>(h)));
+      for (std::uint32_t d : {0U, 1U, 0xFFFU, 0x1000U, 0x1001U, 0x7FFFU, 0x8000U, 0x8001U}) {
+        floats.push_back(std::bit_cast<float>(w + d));
+        floats.push_back(std::bit_cast<float>(w - d));
+      }
+    }
+    for (std::uint64_t w = 0; w <= 0xFFFFFFFFU; w += 4099) {
+      floats.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(w)));
+    }
+    for (std::uint32_t w : {0x7F800001U, 0x7FBFFFFFU, 0x7FC00001U, 0x7FFFFFFFU, 0xFF800001U,
+                            0xFFC12345U, 0x7F802000U, 0x7FE00000U}) {
+      floats.push_back(std::bit_cast<float>(w));
+    }
+    const auto n = static_cast<std::int64_t>(floats.size());
+    std::vector<float16_t> halves(floats.size());
+    std::vector<bfloat16_t> bhalves(floats.size());
+    constexpr std::int64_t span = 1003;
+    for (std::int64_t lo = 0; lo < n; lo += span) {
+      const std::int64_t m = std::min(span, n - lo);
+      detail::cpu::from_float_span(floats.data() + lo, halves.data() + lo, m);
+      detail::cpu::from_float_span(floats.data() + lo, bhalves.data() + lo, m);
+    }
+    for (std::size_t i = 0; i < floats.size(); ++i) {
+      CAPTURE(std::bit_cast<std::uint32_t>(floats[i]));
+      REQUIRE(halves[i].bits == float16_t(floats[i]).bits);
+      REQUIRE(bhalves[i].bits == bfloat16_t(floats[i]).bits);
+    }
+
+    std::vector<float16_t> every(0x10000);
+    std::vector<bfloat16_t> bevery(0x10000);
+    for (std::uint32_t h = 0; h < 0x10000; ++h) {
+      every[h] = float16_t::from_bits(static_cast<std::uint16_t>(h));
+      bevery[h] = bfloat16_t::from_bits(static_cast<std::uint16_t>(h));
+    }
+    std::vector<float> back(0x10000);
+    std::vector<float> bback(0x10000);
+    for (std::int64_t lo = 0; lo < 0x10000; lo += span) {
+      const std::int64_t m = std::min<std::int64_t>(span, 0x10000 - lo);
+      detail::cpu::to_float_span(every.data() + lo, back.data() + lo, m);
+      detail::cpu::to_float_span(bevery.data() + lo, bback.data() + lo, m);
+    }
+    for (std::uint32_t h = 0; h < 0x10000; ++h) {
+      CAPTURE(h);
+      REQUIRE(std::bit_cast<std::uint32_t>(back[h]) ==
+              std::bit_cast<std::uint32_t>(static_cast<float>(every[h])));
+      REQUIRE(std::bit_cast<std::uint32_t>(bback[h]) ==
+              std::bit_cast<std::uint32_t>(static_cast<float>(bevery[h])));
+    }
   }
 
 }  // TEST_SUITE("dtype")

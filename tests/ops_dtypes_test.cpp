@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -425,6 +426,52 @@ TEST_SUITE("ops_dtypes") {
     CHECK(printed(from_vector(std::vector<bool>{true, false}, {2})) ==
           "tensor([True, False], shape=[2], dtype=bool)");
     CHECK(printed(full({1}, 0.5, dtype::bfloat16)) == "tensor([0.5], shape=[1], dtype=bfloat16)");
+  }
+
+  TEST_CASE("float16 and bfloat16 ops are one float op, rounded once, on every element") {
+    // Every bit pattern as a, against a shuffled b; an odd length leaves a tail past the
+    // eight-lane F16C loops; a scalar is first rounded to the dtype (weak, as in PyTorch).
+    // NaN results compare as NaN only: which operand's NaN (and sign) a
+    // product of two NaNs keeps is the instruction's choice.
+    constexpr std::size_t n = 0x10000 + 5;
+    auto same = [](float got, float want) {
+      return std::isnan(want)
+                 ? std::isnan(got)
+                 : std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want);
+    };
+    auto check_dtype = [&](auto tag) {
+      using H = decltype(tag);
+      std::vector<H> a(n);
+      std::vector<H> b(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        a[i] = H::from_bits(static_cast<std::uint16_t>(i));
+        b[i] = H::from_bits(static_cast<std::uint16_t>(i * 40503U + 12345U));
+      }
+      const tensor ta = from_vector(a, {static_cast<std::int64_t>(n)});
+      const tensor tb = from_vector(b, {static_cast<std::int64_t>(n)});
+      const auto sum = (ta + tb).to_vector<H>();
+      const auto diff = (ta - tb).to_vector<H>();
+      const auto prod = (ta * tb).to_vector<H>();
+      const auto quot = (ta / tb).to_vector<H>();
+      const auto scaled = (ta * 0.1F).to_vector<H>();
+      const auto inverse = (1.5F / ta).to_vector<H>();
+      const auto less = (ta < tb).to_vector<bool>();
+      for (std::size_t i = 0; i < n; ++i) {
+        const float x = a[i];
+        const float y = b[i];
+        CAPTURE(a[i].bits);
+        CAPTURE(b[i].bits);
+        REQUIRE(same(sum[i], static_cast<float>(H(x + y))));
+        REQUIRE(same(diff[i], static_cast<float>(H(x - y))));
+        REQUIRE(same(prod[i], static_cast<float>(H(x * y))));
+        REQUIRE(same(quot[i], static_cast<float>(H(x / y))));
+        REQUIRE(same(scaled[i], static_cast<float>(H(x * static_cast<float>(H(0.1F))))));
+        REQUIRE(same(inverse[i], static_cast<float>(H(1.5F / x))));
+        REQUIRE(less[i] == (x < y));
+      }
+    };
+    check_dtype(float16_t{});
+    check_dtype(bfloat16_t{});
   }
 
   TEST_CASE("randn gives float16 and bfloat16 as the float32 samples rounded") {

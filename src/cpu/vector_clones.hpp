@@ -10,3 +10,12 @@
 #else
 #define COTENSOR_VECTOR_CLONES
 #endif
+
+// On a cloned function whose loops sit in the functions it calls (an op's lambda, a loop
+// template): inlines them all, so each clone compiles them for its own vector width. A callee
+// left out of line is compiled for the baseline (SSE2) only.
+#if defined(__GNUC__)
+#define COTENSOR_FLATTEN __attribute__((flatten))
+#else
+#define COTENSOR_FLATTEN
+#endif
