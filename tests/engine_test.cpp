@@ -543,6 +543,8 @@ TEST_SUITE("engine") {
     CHECK_NOTHROW(huge = cotensor::full({std::int64_t{1} << 42}, 1.0F));  // 16 TiB
     CHECK_THROWS_AS(huge.wait(), std::bad_alloc);
     CHECK_THROWS_AS((huge + 1.0F).wait(), std::bad_alloc);  // the error spreads
+    // to_vector reports it too, before making room for the 16 TiB it would hold.
+    CHECK_THROWS_AS((void)(huge + 1.0F).to_vector(), std::bad_alloc);
     CHECK(cotensor::full({2}, 2.0F).to_vector() == std::vector<float>{2.0F, 2.0F});
     huge = tensor{};
     cotensor::wait_all();

@@ -116,6 +116,8 @@ public:
   template <class T = float>
   requires element_type<T> std::vector<T> to_vector()
   const {
+    // A failed op's error first, before room for its elements (which may be why it failed).
+    wait();
     if constexpr (std::is_same_v<T, bool>) {
       const auto bytes = std::make_unique<bool[]>(static_cast<std::size_t>(numel()));
       read_to_host(cotensor::dtype::boolean, bytes.get(), "to_vector");

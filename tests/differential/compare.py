@@ -216,7 +216,7 @@ def scalar_value(p):
 
 
 def scalar_result(t, kind):
-    """The dtype of a tensor of dtype t with a weak scalar of `kind` (src/ops.cpp)."""
+    """The dtype of a tensor of dtype t with a weak scalar of `kind` (src/frontend/ops.cpp)."""
     if kind == "float" and t not in FLOATS:
         return F32
     if kind == "int" and t == "bool":

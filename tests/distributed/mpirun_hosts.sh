@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# mpirun across the test hosts of hosts.sh: N ranks round-robin over the hosts (rank r on host
+# r mod k), started through netns_agent.sh (no ssh), MPI traffic on TCP only (no shared memory:
+# pml ob1, btl tcp,self) and pinned, with mpirun's own out-of-band channel, to the hosts' subnet.
+# mpirun itself runs inside the first host, since the subnet exists only inside the hosts.
+# Prints the bytes each host's veth moved during the run and fails when a host moved fewer than
+# --min-bytes, so that a test shows its traffic really crossed the links.
+#
+#   mpirun_hosts.sh -np N [--hosts h0,h1,...] [--min-bytes B] [--timeout S] -- PROGRAM [ARGS...]
+#
+#   --hosts      test hosts to use, as h<i> or cotensor-h<i> (default: the first N of those up)
+#   --min-bytes  bytes (received + sent) each host's veth must move (default 65536)
+#   --timeout    seconds before mpirun is ended (default 150); exit 124 then
+#
+# Environment: MPIRUN (default mpirun) is the Open MPI mpirun to use; the ranks inherit the rest.
+# Exit: the program's (mpirun's) status; 1 when the traffic check fails; 77 (skipped) without
+# root, iproute2 or mpirun. See docs/distributed.md, "Test hosts on one machine".
+set -euo pipefail
+
+readonly here=$(cd "$(dirname "$0")" && pwd)
+readonly ns_prefix=cotensor-h veth_prefix=cotensor-v subnet=10.78.0.0/24
+
+usage() {
+  echo "usage: $0 -np N [--hosts h0,h1,...] [--min-bytes B] [--timeout S] -- PROGRAM [ARGS...]" >&2
+  exit 2
+}
+skip() { echo "mpirun_hosts.sh: skipped: $*" >&2; exit 77; }
+
+np='' hosts_arg='' min_bytes=65536 limit=150
+while (($# > 0)); do
+  case $1 in
+    -np | -n) np=${2:-}; shift 2 || usage ;;
+    --hosts) hosts_arg=${2:-}; shift 2 || usage ;;
+    --min-bytes) min_bytes=${2:-}; shift 2 || usage ;;
+    --timeout) limit=${2:-}; shift 2 || usage ;;
+    --) shift; break ;;
+    *) usage ;;
+  esac
+done
+(($# > 0)) || usage
+[[ $np =~ ^[1-9][0-9]?$ ]] || { echo "mpirun_hosts.sh: -np must be 1..99" >&2; usage; }
+[[ $min_bytes =~ ^[0-9]+$ && $limit =~ ^[1-9][0-9]*$ ]] || usage
+
+command -v ip >/dev/null || skip "no 'ip' command (Debian: apt-get install iproute2)"
+[[ $(id -u) == 0 ]] || skip "needs root ('ip netns exec'); uid $(id -u)"
+mpirun=${MPIRUN:-mpirun}  # ctest passes the mpirun CMake found
+command -v "$mpirun" >/dev/null || skip "no $mpirun (Debian: openmpi-bin)"
+
+# One run at a time on the hosts, across processes (another ctest run's fixture may take them
+# down between two of our tests): the lock of hosts.sh, held until this script exits.
+exec 9>/run/lock/cotensor-test-hosts.lock
+flock -w 150 9 || { echo "mpirun_hosts.sh: the test hosts stayed busy for 150 s" >&2; exit 1; }
+
+up_list() { ip netns list | awk '{print $1}' | grep -E "^${ns_prefix}[0-9]+$" | sort -V || true; }
+up_hosts=$(up_list)
+if [[ -n $hosts_arg ]]; then
+  hosts=()
+  IFS=, read -ra wanted <<<"$hosts_arg"
+  for h in "${wanted[@]}"; do
+    [[ $h == h[0-9]* ]] && h=cotensor-$h
+    [[ $h =~ ^${ns_prefix}[0-9]+$ ]] || { echo "mpirun_hosts.sh: '$h' is not a test host" >&2; exit 2; }
+    hosts+=("$h")
+  done
+else
+  if [[ -z $up_hosts ]]; then
+    COTENSOR_HOSTS_LOCK_HELD=1 bash "$here/hosts.sh" up 4 >/dev/null
+    up_hosts=$(up_list)
+  fi
+  read -ra hosts <<<"$(echo $up_hosts)"
+  # No more hosts than ranks: a host without a rank would move no data.
+  ((${#hosts[@]} <= np)) || hosts=("${hosts[@]:0:np}")
+fi
+((${#hosts[@]} > 0)) || { echo "mpirun_hosts.sh: no test hosts" >&2; exit 1; }
+# Hosts that are missing (never up, or taken down by another run) are brought up here.
+need=0
+for h in "${hosts[@]}"; do
+  grep -qx "$h" <<<"$up_hosts" || need=$((${h#"$ns_prefix"} + 1 > need ? ${h#"$ns_prefix"} + 1 : need))
+done
+if ((need > 0)); then
+  echo "mpirun_hosts.sh: bringing up the test hosts (hosts.sh up $need)"
+  COTENSOR_HOSTS_LOCK_HELD=1 bash "$here/hosts.sh" up "$need" >/dev/null
+fi
+
+counters() {  # <host>: rx+tx bytes of its outer veth end
+  local v=$veth_prefix${1#"$ns_prefix"}
+  echo $(($(cat "/sys/class/net/$v/statistics/rx_bytes") + $(cat "/sys/class/net/$v/statistics/tx_bytes")))
+}
+
+k=${#hosts[@]}
+slots=$(((np + k - 1) / k))
+host_list=''
+for h in "${hosts[@]}"; do host_list+=${host_list:+,}$h:$slots; done
+declare -A before
+for h in "${hosts[@]}"; do before[$h]=$(counters "$h"); done
+
+echo "mpirun_hosts.sh: $np ranks over ${hosts[*]} (rank r on host r mod $k)"
+start=$SECONDS
+# launch <seconds>: one mpirun, ended after <seconds>; sets rc.
+launch() {
+  set +e
+  # --map-by node: round-robin over the hosts. The HNP runs in the first host but no rank: the
+  # machine's own hostname is not in -H, so every rank is started through the agent.
+  timeout -k 10 "$1" ip netns exec "${hosts[0]}" \
+    "$mpirun" -np "$np" -H "$host_list" --map-by node --oversubscribe --bind-to none \
+    --allow-run-as-root \
+    --mca plm_rsh_agent "$here/netns_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
+    --mca pml ob1 --mca btl tcp,self \
+    --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" \
+    "${program[@]}" 9>&-
+  rc=$?
+  set -e
+  if ((rc == 124 || rc == 137)); then
+    echo "mpirun_hosts.sh: mpirun ran past ${1}s and was ended" >&2
+    # Its daemons and ranks, if any remain, are ended by pid (hosts.sh down does so too).
+    for h in "${hosts[@]}"; do
+      for pid in $(ip netns pids "$h" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
+    done
+  fi
+}
+program=("$@")
+# Now and then (about 1 run in 10 with 8 ranks on this 2-core machine; not seen with 2 or 3) a
+# run stalls before the program's traffic starts: every link moves under 20 kB in the whole
+# run (the launch and MPI_Init's exchange), once with one daemon that never reported. The
+# cause is not known (Open MPI's launch through the agent, or MPI_Init with 8 ranks on 2
+# cores). Such a stall, and only such a one, is retried once, saying so; a hang after the
+# program's traffic started fails as it is.
+first_limit=$((limit < 45 ? limit : 45))
+launch "$first_limit"
+if ((rc == 124 || rc == 137)); then
+  stalled=''
+  for h in "${hosts[@]}"; do
+    (($(counters "$h") - before[$h] < 20000)) && stalled+=" $h"
+  done
+  if (($(wc -w <<<"$stalled") == ${#hosts[@]})); then
+    echo "mpirun_hosts.sh: stalled before the program's traffic (every link under 20 kB):" \
+         "retrying once" >&2
+    for h in "${hosts[@]}"; do before[$h]=$(counters "$h"); done
+    launch "$limit"
+  fi
+fi
+
+moved_too_little=()
+summary=''
+echo "mpirun_hosts.sh: bytes through each host's veth (received + sent), $((SECONDS - start)) s:"
+for h in "${hosts[@]}"; do
+  moved=$(($(counters "$h") - before[$h]))
+  printf '  %-13s %-12s %12d bytes\n' "$h" "$veth_prefix${h#"$ns_prefix"}" "$moved"
+  summary+=" ${h#cotensor-}=$moved"
+  ((moved >= min_bytes)) || moved_too_little+=("$h")
+done
+echo "mpirun_hosts.sh: veth bytes:$summary (at least $min_bytes each required)"
+((rc == 0)) || exit "$rc"
+if ((${#moved_too_little[@]} > 0)); then
+  echo "mpirun_hosts.sh: FAILED: fewer than $min_bytes bytes crossed the links of" \
+       "${moved_too_little[*]}: the traffic did not go over the test hosts' network" >&2
+  exit 1
+fi
