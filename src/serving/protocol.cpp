@@ -29,14 +29,6 @@ constexpr datatype_names names[] = {
     {dtype::float64, "FP64", "TYPE_FP64"},
 };
 
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    out += (i ? ", " : "") + std::to_string(s[i]);
-  }
-  return out + "]";
-}
-
 // The product of `shape`'s extents, or empty past `limit` (or for a negative extent).
 std::optional<std::uint64_t> element_count(const std::vector<std::int64_t>& shape,
                                            std::uint64_t limit) {
@@ -171,6 +163,14 @@ std::optional<dtype> parse_config_type(std::string_view name) noexcept {
     }
   }
   return std::nullopt;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(s[i]);
+  }
+  return out + "]";
 }
 
 std::string error_body(std::string_view message) {

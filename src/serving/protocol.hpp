@@ -83,6 +83,9 @@ encoded_response encode_infer_response(const model_config& config,
                                        const std::optional<std::string>& id,
                                        const std::vector<computed_output>& outputs);
 
+/// "[1, 16]": a shape as the error messages show it.
+std::string shape_text(const std::vector<std::int64_t>& s);
+
 /// `{"error": message}`.
 std::string error_body(std::string_view message);
 

@@ -5,6 +5,7 @@
 #include <cotensor/ops.hpp>
 
 #include "serving/config_file.hpp"
+#include "serving/protocol.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -131,21 +132,15 @@ std::string read_file(const std::filesystem::path& p) {
   return s.str();
 }
 
-std::string shape_text(const tensor& t) {
-  std::string out = "[";
+std::vector<std::int64_t> extents(const tensor& t) {
+  std::vector<std::int64_t> out(t.rank());
   for (std::size_t i = 0; i < t.rank(); ++i) {
-    out += (i ? ", " : "") + std::to_string(t.shape()[i]);
+    out[i] = t.shape()[i];
   }
-  return out + "]";
+  return out;
 }
 
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    out += (i ? ", " : "") + std::to_string(s[i]);
-  }
-  return out + "]";
-}
+std::string shape_text(const tensor& t) { return protocol::shape_text(extents(t)); }
 
 void check_servable(const model_config& c) {
   if (c.name.empty() || c.inputs.empty() || c.outputs.empty()) {
@@ -233,7 +228,7 @@ load_model(const std::filesystem::path& folder, std::int64_t version, cotensor::
     }
     if (!c.bias.empty()) {
       l.bias = tensor_named(c.bias, at + ".bias");
-      const auto extent = c.kind == layer_kind::linear ? l.weight.shape()[0] : l.weight.shape()[0];
+      const auto extent = l.weight.shape()[0];  // linear's out, layer_norm's features
       if (l.bias.rank() != 1 || l.bias.shape()[0] != extent || l.bias.dtype() != l.weight.dtype()) {
         throw model_error(weights_file + ": tensor '" + c.bias + "' has shape " +
                           shape_text(l.bias) + " and dtype " +
@@ -259,13 +254,9 @@ load_model(const std::filesystem::path& folder, std::int64_t version, cotensor::
   const tensor zeros =
       cotensor::zeros(shape(in_shape), m.config.inputs.front().datatype, placement);
   tensor y = model->trial(zeros, config_file);
-  std::vector<std::int64_t> got(y.rank());
-  for (std::size_t i = 0; i < y.rank(); ++i) {
-    got[i] = y.shape()[i];
-  }
-  if (got != out_shape) {
-    throw model_error(config_file + ": output[0].dims: the layers give shape " + shape_text(got) +
-                      ", the configuration says " + shape_text(out_shape));
+  if (extents(y) != out_shape) {
+    throw model_error(config_file + ": output[0].dims: the layers give shape " + shape_text(y) +
+                      ", the configuration says " + protocol::shape_text(out_shape));
   }
   try {
     y.wait();
