@@ -2,11 +2,14 @@
 
 #include <cotensor/cotensor.hpp>
 
+#include "cpu/openblas.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -146,6 +149,29 @@ TEST_SUITE("ops") {
       }
     }
     CHECK(values(matmul(zeros({2, 0}), zeros({0, 3}))) == std::vector<float>(6, 0.0F));
+  }
+
+  TEST_CASE("OpenBLAS runs the kernels the CPU's instructions allow, and the environment is as "
+            "it was" *
+            doctest::timeout(20)) {
+    // Debian's OpenBLAS 0.3.21 falls back to its SSE3 kernels ("Prescott") on CPU models it does
+    // not know (a Sapphire Rapids Xeon): cotensor chooses by instruction set instead, unless the
+    // user set OPENBLAS_CORETYPE, and leaves no OPENBLAS_CORETYPE of its own behind.
+    const char* user_choice = std::getenv("OPENBLAS_CORETYPE");
+    CHECK(values(matmul(ones({2, 3}), ones({3, 2}))) == std::vector<float>(4, 3.0F));
+    const auto& blas = detail::cpu::openblas();
+    CHECK(static_cast<bool>(blas.sgemm));
+    CHECK(!blas.core.empty());
+    if (user_choice == nullptr) {
+      CHECK(std::getenv("OPENBLAS_CORETYPE") == nullptr);
+      if (const char* wanted = detail::cpu::openblas_coretype(); wanted != nullptr) {
+        CHECK(blas.coretype_set == wanted);
+        CHECK(blas.core == wanted);  // e.g. Cooperlake, not Prescott
+      }
+    } else {
+      CHECK(blas.coretype_set.empty());
+      CHECK(std::string(std::getenv("OPENBLAS_CORETYPE")) == user_choice);
+    }
   }
 
   TEST_CASE("matmuls on both workers at once are all exact (the BLAS is safe to call from two "

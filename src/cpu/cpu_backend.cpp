@@ -50,7 +50,6 @@ class cpu_backend final : public backend {
 public:
   explicit cpu_backend(unsigned workers)
       : workers_(workers != 0 ? workers : std::max(1U, std::thread::hardware_concurrency())) {
-    init_blas();
     raise_parallelism(workers_);
     arena_.initialize(static_cast<int>(workers_), 0);  // no slot kept for a joining caller
   }

@@ -1,21 +1,19 @@
-// GEMM on the CPU: OpenBLAS SGEMM (DGEMM) calls on tiles that the backend's workers share.
+// GEMM on the CPU: OpenBLAS SGEMM (DGEMM) calls on tiles that the backend's workers share
+// (OpenBLAS is opened with the first GEMM: cpu/openblas.hpp).
 // float16 and bfloat16 go through float32: the operands are converted, multiplied by SGEMM and
 // the result rounded once (Debian's OpenBLAS 0.3.21 exports no sbgemm). Integers are exact,
 // wrapping, in a plain loop.
 
 #include "cpu/half_convert.hpp"
 #include "cpu/kernels.hpp"
+#include "cpu/openblas.hpp"
 #include "element.hpp"
 #include "host_allocator.hpp"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <type_traits>
 
 namespace cotensor::detail::cpu {
-
-void init_blas() { openblas_set_num_threads(1); }
 
 void sgemm(
     const float* a, const float* b, float* c, std::int64_t m, std::int64_t k, std::int64_t n) {
@@ -32,6 +30,7 @@ void sgemm(
   // ~215-240 (bench/README.md). Tiles are whole rows when there are many rows, and
   // whole-height column panels when there are few (a batch of requests: [64, 512] x [512,
   // 4096]).
+  const auto blas_sgemm = openblas().sgemm;  // throws, failing the op, if it cannot be loaded
   const std::int64_t workers = backend_concurrency();
   const std::int64_t tiles_wanted = workers;
   const bool small = m * n * k <= 64 * 64 * 64;
@@ -52,9 +51,9 @@ void sgemm(
     const std::int64_t j = (t % col_tiles) * col_tile;
     const std::int64_t mb = std::min(row_tile, m - i);
     const std::int64_t nb = std::min(col_tile, n - j);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(mb),
-                static_cast<int>(nb), static_cast<int>(k), 1.0F, a + i * k, static_cast<int>(k),
-                b + j, static_cast<int>(n), 0.0F, c + i * n + j, static_cast<int>(n));
+    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(mb),
+               static_cast<int>(nb), static_cast<int>(k), 1.0F, a + i * k, static_cast<int>(k),
+               b + j, static_cast<int>(n), 0.0F, c + i * n + j, static_cast<int>(n));
   };
   parallel_tiles(row_tiles * col_tiles, tile);
 }
@@ -70,6 +69,7 @@ void dgemm(
     std::fill(c, c + m * n, 0.0);
     return;
   }
+  const auto blas_dgemm = openblas().dgemm;
   const std::int64_t tiles =
       std::min<std::int64_t>(backend_concurrency(), std::max<std::int64_t>(1, m / 32));
   const std::int64_t rows = (m + tiles - 1) / tiles;
@@ -77,9 +77,9 @@ void dgemm(
     const std::int64_t i = t * rows;
     const std::int64_t mb = std::min(rows, m - i);
     if (mb > 0) {
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(mb),
-                  static_cast<int>(n), static_cast<int>(k), 1.0, a + i * k, static_cast<int>(k), b,
-                  static_cast<int>(n), 0.0, c + i * n, static_cast<int>(n));
+      blas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(mb),
+                 static_cast<int>(n), static_cast<int>(k), 1.0, a + i * k, static_cast<int>(k), b,
+                 static_cast<int>(n), 0.0, c + i * n, static_cast<int>(n));
     }
   });
 }

@@ -14,9 +14,6 @@
 
 namespace cotensor::detail::cpu {
 
-/// Once per backend: switches OpenBLAS's own threading off (oneTBB schedules the GEMM tiles).
-void init_blas();
-
 /// The CPU's kernel table (these functions).
 extern const kernel_table kernel_table_of_cpu;
 
