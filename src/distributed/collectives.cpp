@@ -4,10 +4,10 @@
 #include "cotensor/async_op.hpp"
 #include "cotensor/distributed.hpp"
 
-#include "dist/comm_state.hpp"
+#include "distributed/comm_state.hpp"
 #include "engine/storage.hpp"
 #if COTENSOR_HAVE_NCCL
-#include "dist/nccl.hpp"
+#include "distributed/nccl.hpp"
 #endif
 #include "frontend.hpp"
 

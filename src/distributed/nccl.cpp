@@ -1,6 +1,6 @@
 // Collectives on GPU tensors through NCCL. See nccl.hpp.
 
-#include "dist/nccl.hpp"
+#include "distributed/nccl.hpp"
 
 #include "cotensor/error.hpp"
 #include "cotensor/ops.hpp"

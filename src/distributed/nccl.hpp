@@ -22,7 +22,7 @@
 #include "cotensor/distributed.hpp"
 #include "cotensor/tensor.hpp"
 
-#include "dist/comm_state.hpp"
+#include "distributed/comm_state.hpp"
 
 namespace cotensor::dist::detail {
 

@@ -2,7 +2,7 @@
 # The data-parallel SGD example's time per epoch with and without overlapping the gradients'
 # all-reduces with the backward pass, alternating the two so that both meet the same machine.
 #
-#   bench/dist/sgd_overlap.sh [build dir (build)] [pairs (7)] [ranks (2)]
+#   bench/distributed/sgd_overlap.sh [build dir (build)] [pairs (7)] [ranks (2)]
 #
 # Prints each run's median time per epoch (the example's own figure), then
 # cotensor.dist.sgd_epoch_s.overlap, cotensor.dist.sgd_epoch_s.no_overlap (the medians over the

@@ -3,7 +3,7 @@
 
 #include "cotensor/error.hpp"
 
-#include "dist/comm_state.hpp"
+#include "distributed/comm_state.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -2,7 +2,7 @@
 
 #include "cotensor/distributed.hpp"
 
-#include "dist/comm_state.hpp"
+#include "distributed/comm_state.hpp"
 
 #include <cstdlib>
 #include <stdexcept>
