@@ -1,8 +1,11 @@
-// The d2l.ai chapter "Asynchronous Computation", figure by figure, with the names the NumPy and
-// PyTorch peer script uses (shared/peers/chapter.py), so that bench/peers/compare.py can put
-// them side by side. One machine-readable line each, `cotensor.<name>: <value>`:
+// The d2l.ai chapter "Asynchronous Computation", figure by figure, with the names the peers'
+// script bench/peers/peers.py uses (NumPy, PyTorch, JAX, MLX; and shared/peers/chapter.py), so
+// that bench/peers/compare.py can put them side by side. One machine-readable line each,
+// `cotensor.<name>: <value>`:
 //
 //   matmul_loop_f32       s        10 x (randn 1000 x 1000 + matmul(a, a)), then wait_all
+//   matmul_loop_enqueue   s        the same loop's time to return (issue only; waited untimed)
+//   dependency_graph_1000 s        1,000 x (x, y = ones((1, 2)); z = x * y + 2; wait for z)
 //   increment_10000       s        10,000 x `y = x + 1` on a (1, 2) tensor, one wait_all at the end
 //   increment_10000_sync  s        the same, `y.wait()` after each op
 //   numpy_conversion      s        matmul(a, a).to_vector() for a 1000 x 1000 `a` (asnumpy)
@@ -30,9 +33,11 @@ using cotensor_bench::median_seconds;
 using cotensor_bench::print;
 using cotensor_bench::seconds_since;
 
+using cotensor_bench::dependency_graph;
 using cotensor_bench::increment_async;
 using cotensor_bench::increment_sync;
 using cotensor_bench::matmul_loop;
+using cotensor_bench::matmul_loop_enqueue;
 using cotensor_bench::n;
 using cotensor_bench::sgemm_gflops;
 
@@ -61,6 +66,8 @@ int main(int argc, char** argv) {
               cotensor::runtime::current().worker_threads(), opts.repeat);
 
   print("matmul_loop_f32", matmul_loop(opts.repeat));
+  print("matmul_loop_enqueue", matmul_loop_enqueue(opts.repeat));
+  print("dependency_graph_1000", dependency_graph(opts.repeat));
 
   const auto x = cotensor::ones({1, 2});
   x.wait();

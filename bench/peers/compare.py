@@ -1,29 +1,29 @@
-#!/usr/bin/python3
-"""cotensor beside NumPy and PyTorch on the d2l.ai chapter "Asynchronous Computation".
+#!/usr/bin/env python3
+"""cotensor beside today's peers (NumPy 2, PyTorch 2, JAX, MLX) on the d2l.ai chapter
+"Asynchronous Computation".
 
 Runs, one after the other on this machine, cotensor's chapter benchmark
-(`<build>/bench/cotensor_bench_chapter --repeat N`) and the workspace's peer script
-(`/usr/bin/python3 shared/peers/chapter.py --repeat N`), and prints one markdown table: each
-figure, its unit, the three values and the ratios cotensor / peer, then a line naming the date
-(UTC), the machine and the versions.
+(`<build>/bench/cotensor_bench_chapter --repeat N`) and each peer's (bench/peers/peers.py
+--peer P, one process per peer) in the project's Python environment (bash bench/peers/setup.sh;
+its packages are pinned in requirements.txt), and prints one markdown table: each figure, its
+unit, every value, the fastest peer and the ratio cotensor / fastest peer; then the targets
+(met or not), the date (UTC), the machine and the versions. With --plot it draws the ratios of
+cotensor to each peer into a PNG.
 
 Ratios are cotensor / peer. For seconds (lower is better) a ratio below 1 means cotensor is
 faster; for GFLOP/s (higher is better) a ratio above 1 means cotensor is faster.
 
-Standard library only. The peers need Debian's python3-numpy and python3-torch for
-/usr/bin/python3:  apt-get install -y python3-numpy python3-torch
+With --rounds R (default 3) cotensor and the peers run alternately R times, in turn (cotensor,
+NumPy, PyTorch, JAX, MLX), and each value is the median over the rounds of the per-round
+medians: on a shared machine whose speed drifts within minutes, alternating exposes every side
+to the same drift, where one run of each would compare different machines.
 
-With --rounds R (default 3) the two run alternately R times, cotensor first, and each value
-is the median over the rounds of the per-round medians: on a shared machine whose speed drifts
-by ±30 % within minutes, alternating exposes both sides to the same drift, where one run of
-each would compare two different machines.
+Usage (from the repository root, with the environment built):
+  .venv/bin/python3 bench/peers/compare.py [--repeat N] [--rounds R] [--build DIR]
+      [--peers numpy,torch,jax,mlx] [--python PY] [--quick] [--out FILE.md] [--plot FILE.png]
 
-Usage (from the repository root):
-  bench/peers/compare.py [--repeat N] [--rounds R] [--build DIR] [--peers PATH] [--out FILE]
-
-The project's Python environment (bash bench/peers/setup.sh; bench/README.md) runs this script
-too (.venv/bin/python3 bench/peers/compare.py), but the peers are still timed in PEER_PYTHON,
-Debian's /usr/bin/python3, not in that environment's NumPy 2 and PyTorch 2.
+--python is the interpreter the peers run in (default: COTENSOR_PYTHON, else .venv/bin/python3);
+the script itself needs only the standard library (and matplotlib for --plot).
 """
 import argparse
 import datetime
@@ -35,11 +35,14 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PEER_PYTHON = "/usr/bin/python3"
+PEERS_SCRIPT = Path(__file__).resolve().parent / "peers.py"
+PEER_NAMES = {"numpy": "NumPy", "torch": "PyTorch", "jax": "JAX", "mlx": "MLX"}
 
-# (figure, unit, higher_is_better); the peer keys are `numpy.<figure>` and `torch.<figure>`.
+# (figure, unit, higher_is_better); the peer keys are `<peer>.<figure>`.
 FIGURES = [
     ("matmul_loop_f32", "s", False),
+    ("matmul_loop_enqueue", "s", False),
+    ("dependency_graph_1000", "s", False),
     ("increment_10000", "s", False),
     ("increment_10000_sync", "s", False),
     ("numpy_conversion", "s", False),
@@ -49,17 +52,26 @@ FIGURES = [
     ("sgemm_4000_gflops", "GFLOP/s", True),
 ]
 
+# The targets of the peers' issue: (figure, bound on cotensor / fastest peer, "<=" or ">=").
+TARGETS = [
+    ("matmul_loop_f32", 0.9, "<="),
+    ("increment_10000", 0.5, "<="),
+    ("sgemm_1000_gflops", 0.95, ">="),
+    ("sgemm_2000_gflops", 0.95, ">="),
+    ("sgemm_4000_gflops", 0.95, ">="),
+]
+
 
 def fail(message):
     print(f"compare.py: {message}", file=sys.stderr)
     sys.exit(1)
 
 
-def run(cmd):
+def run(cmd, env=None):
     """Runs `cmd`, echoing it to stderr; returns (figures, comment lines) parsed from stdout,
     whose lines are `# comment` or `<prefix>.<name>: <value>`."""
     print("$ " + " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         fail(f"{cmd[0]} exited with status {proc.returncode}:\n{proc.stdout}{proc.stderr}")
     figures, comments = {}, []
@@ -76,18 +88,24 @@ def run(cmd):
     return figures, comments
 
 
-def check_peer_python():
-    if not os.access(PEER_PYTHON, os.X_OK):
-        fail(f"{PEER_PYTHON} not found: the peers run with Debian's python3 and its packages "
-             "python3-numpy and python3-torch (apt-get install -y python3 python3-numpy "
-             "python3-torch)")
-    probe = subprocess.run([PEER_PYTHON, "-c", "import numpy, torch"], capture_output=True,
-                           text=True)
+def peer_python(explicit=None):
+    """The interpreter of the project's Python environment, checked to import the peers."""
+    python = explicit or os.environ.get("COTENSOR_PYTHON") or str(REPO / ".venv" / "bin" /
+                                                                  "python3")
+    if not os.access(python, os.X_OK):
+        fail(f"{python} not found: build the project's Python environment first "
+             "(bash bench/peers/setup.sh), or pass --python")
+    return python
+
+
+def check_peers(python, peers):
+    modules = {"numpy": "numpy", "torch": "torch", "jax": "jax", "mlx": "mlx.core"}
+    code = "import " + ", ".join(modules[p] for p in peers)
+    probe = subprocess.run([python, "-c", code], capture_output=True, text=True)
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["?"])[-1]
-        fail(f"{PEER_PYTHON} cannot import numpy and torch ({last}).\n"
-             "Install Debian's packages python3-numpy and python3-torch:\n"
-             "  apt-get install -y python3-numpy python3-torch")
+        fail(f"{python} cannot import the peers ({last}): rebuild the environment with "
+             "bash bench/peers/setup.sh")
 
 
 def cpu_model():
@@ -119,76 +137,135 @@ def ratio(ours, theirs):
     return f"{ours / theirs:.2f}"
 
 
-def table(ours, peers):
-    rows = [
-        "| figure | unit | cotensor | NumPy | PyTorch | cotensor/NumPy | cotensor/PyTorch |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
+def fastest(figures, peers, name, higher):
+    """(peer, value) of the best peer on `name`, or (None, None) when none has it."""
+    have = [(p, figures[f"{p}.{name}"]) for p in peers if f"{p}.{name}" in figures]
+    if not have:
+        return None, None
+    return (max if higher else min)(have, key=lambda pv: pv[1])
+
+
+def table(figures, peers):
+    head = " | ".join(PEER_NAMES[p] for p in peers)
+    rows = [f"| figure | unit | cotensor | {head} | fastest peer | cotensor/fastest |",
+            "| --- | --- | ---: | " + " | ".join("---:" for _ in peers) + " | --- | ---: |"]
     for name, unit, higher in FIGURES:
-        c = ours.get(f"cotensor.{name}")
-        n = peers.get(f"numpy.{name}")
-        t = peers.get(f"torch.{name}")
-        if c is None and n is None and t is None:
+        c = figures.get(f"cotensor.{name}")
+        values = [figures.get(f"{p}.{name}") for p in peers]
+        if c is None and all(v is None for v in values):
             continue
+        best, best_value = fastest(figures, peers, name, higher)
         better = "higher is better" if higher else "lower is better"
-        rows.append(f"| `{name}` | {unit} ({better}) | {fmt(c)} | {fmt(n)} | {fmt(t)} "
-                    f"| {ratio(c, n)} | {ratio(c, t)} |")
-    # Figures only a peer has (e.g. NumPy's float64 loop), for reference.
-    known = {name for name, _, _ in FIGURES}
-    for key in sorted(peers):
-        peer, _, name = key.partition(".")
-        if name not in known:
-            n = peers[key] if peer == "numpy" else None
-            t = peers[key] if peer == "torch" else None
-            rows.append(f"| `{name}` | s (lower is better) | — | {fmt(n)} | {fmt(t)} | — | — |")
+        cells = " | ".join(fmt(v) for v in values)
+        rows.append(f"| `{name}` | {unit} ({better}) | {fmt(c)} | {cells} "
+                    f"| {PEER_NAMES.get(best, '—')} | {ratio(c, best_value)} |")
     return "\n".join(rows)
+
+
+def targets(figures, peers):
+    lines = []
+    for name, bound, op in TARGETS:
+        higher = op == ">="
+        c = figures.get(f"cotensor.{name}")
+        best, best_value = fastest(figures, peers, name, higher)
+        if c is None or best_value is None:
+            continue
+        r = c / best_value
+        met = r >= bound if higher else r <= bound
+        lines.append(f"- `{name}`: cotensor / {PEER_NAMES[best]} = {r:.2f}, target {op} {bound}: "
+                     + ("met" if met else "**not met**"))
+    return "\n".join(lines)
+
+
+def plot(figures, peers, path, title):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        fail("--plot needs matplotlib (in the project's environment: bash bench/peers/setup.sh)")
+    names = [(n, h) for n, _, h in FIGURES if f"cotensor.{n}" in figures]
+    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
+    width = 0.8 / len(peers)
+    for i, peer in enumerate(peers):
+        xs, ys = [], []
+        for k, (name, higher) in enumerate(names):
+            theirs = figures.get(f"{peer}.{name}")
+            if theirs:
+                ours = figures[f"cotensor.{name}"]
+                # Speed-up of cotensor over the peer: above 1 is cotensor faster, for either unit.
+                xs.append(k + (i - (len(peers) - 1) / 2) * width)
+                ys.append(ours / theirs if higher else theirs / ours)
+        ax.bar(xs, ys, width, label=PEER_NAMES[peer])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)), [n for n, _ in names], rotation=30, ha="right",
+                  fontsize=8)
+    ax.set_ylabel("cotensor's speed-up over the peer (>1: cotensor faster)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"compare.py: wrote {path}", file=sys.stderr)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per figure (median)")
     ap.add_argument("--rounds", type=int, default=3,
-                    help="alternate the two this many times (median over rounds)")
+                    help="alternate cotensor and the peers this many times (median over rounds)")
     ap.add_argument("--build", default=str(REPO / "build"),
                     help="cotensor build directory (default: build)")
-    ap.add_argument("--peers", default=str(REPO.parent / "shared" / "peers" / "chapter.py"),
-                    help="the peer script (default: ../shared/peers/chapter.py)")
+    ap.add_argument("--peers", default="numpy,torch,jax,mlx",
+                    help="comma-separated peers among numpy, torch, jax, mlx")
+    ap.add_argument("--python", help="the peers' interpreter (default: .venv/bin/python3)")
+    ap.add_argument("--quick", action="store_true", help="one run each, no n = 4000 (a smoke test)")
     ap.add_argument("--out", help="also write the table to this file")
+    ap.add_argument("--plot", help="draw cotensor's speed-up over each peer into this PNG")
     args = ap.parse_args()
-    if args.repeat < 1:
-        fail("--repeat needs a positive integer")
-    if args.rounds < 1:
-        fail("--rounds needs a positive integer")
+    if args.repeat < 1 or args.rounds < 1:
+        fail("--repeat and --rounds need positive integers")
+    peers = [p for p in args.peers.split(",") if p]
+    unknown = [p for p in peers if p not in PEER_NAMES]
+    if unknown or not peers:
+        fail(f"unknown peer(s) {', '.join(unknown) or '(none)'}: pick among numpy, torch, jax, mlx")
 
     bench = Path(args.build) / "bench" / "cotensor_bench_chapter"
     if not os.access(bench, os.X_OK):
         fail(f"{bench} not found: build it first (cmake --build {args.build})")
-    peer_script = Path(args.peers)
-    if not peer_script.is_file():
-        fail(f"peer script {peer_script} not found (use --peers PATH)")
-    check_peer_python()
+    python = peer_python(args.python)
+    check_peers(python, peers)
 
-    our_rounds, peer_rounds = [], []
+    threads = os.cpu_count()
+    tail = ["--quick"] if args.quick else ["--repeat", args.repeat]
+    rounds = []
+    notes = {}
     for _ in range(args.rounds):
-        ours, our_notes = run([bench, "--repeat", args.repeat])
-        peers, peer_notes = run([PEER_PYTHON, peer_script, "--repeat", args.repeat])
-        our_rounds.append(ours)
-        peer_rounds.append(peers)
-    ours, peers = median_of(our_rounds), median_of(peer_rounds)
+        figures, notes["cotensor"] = run([bench, *tail])
+        for peer in peers:
+            theirs, notes[peer] = run([python, PEERS_SCRIPT, "--peer", peer, "--threads", threads,
+                                       *tail])
+            figures.update(theirs)
+        rounds.append(figures)
+    figures = median_of(rounds)
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    versions = "; ".join(our_notes + peer_notes + [f"Python {platform.python_version()}"])
+    machine = f"{cpu_model()} ({os.cpu_count()} logical cores, {platform.system()} " \
+              f"{platform.release()})"
+    versions = "; ".join(n for side in ["cotensor", *peers] for n in notes[side])
+    runs = "one run" if args.quick else f"the median of {args.repeat} runs after a warm-up"
     text = (
-        table(ours, peers) + "\n\n"
+        table(figures, peers) + "\n\n" + targets(figures, peers) + "\n\n"
         "Ratios are cotensor / peer: for seconds below 1 means cotensor is faster, for GFLOP/s "
-        "above 1 means cotensor is faster. Every value is the median over "
-        f"{args.rounds} alternating rounds (cotensor, then the peers) of the median of "
-        f"{args.repeat} runs after a warm-up.\n\n"
-        f"Measured {now} on {cpu_model()} ({os.cpu_count()} logical cores, "
-        f"{platform.system()} {platform.release()}); {versions}.\n")
+        f"above 1 means cotensor is faster. Every value is the median over {args.rounds} "
+        f"alternating rounds (cotensor, then each peer in its own process) of {runs}.\n\n"
+        f"Measured {now} on {machine}; {versions}; Python {platform.python_version()}.\n")
     print(text, end="")
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
+    if args.plot:
+        plot(figures, peers, args.plot, f"The chapter's workloads — {machine}, {now[:10]}")
 
 
 if __name__ == "__main__":

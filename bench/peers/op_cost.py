@@ -1,24 +1,21 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Per-op cost against tensor size: cotensor, NumPy and PyTorch on `y = x + 1`, and on exp,
 log, tanh and sigmoid.
 
 Runs `<build>/bench/cotensor_bench_op_cost --repeat N` (cotensor, issued asynchronously and
 waited once, and waited after each op), then times NumPy and PyTorch on the same float32
-vectors in Debian's /usr/bin/python3 (both are synchronous: each op has finished when it
+vectors in the project's Python environment (bash bench/peers/setup.sh: NumPy 2, PyTorch 2; both are synchronous: each op has finished when it
 returns), and prints a markdown table of microseconds per op with the ratios, then a second
 one for `y = f(x)` with f in exp, log, tanh and sigmoid at 10^4 and 10^6 elements (cotensor
 waited after each op; NumPy has no sigmoid: 1 / (1 + exp(-x)), three ops). With --plot it also
-draws the four curves of the first table, log-log, into a PNG (python3-matplotlib).
+draws the four curves of the first table, log-log, into a PNG (matplotlib, in the same environment).
 
 The peers are timed like cotensor: the median of N runs after a warm-up, each run
 max(100, min(10000, 2*10^7 / n)) ops. Torch runs with its default threads.
 
-Usage (from the repository root):
-  bench/peers/op_cost.py [--repeat N] [--build DIR] [--plot FILE.png] [--out FILE.md]
-
-The project's Python environment (bash bench/peers/setup.sh; bench/README.md) runs this script
-too, with matplotlib for --plot (.venv/bin/python3 bench/peers/op_cost.py), but the peers are
-still timed in PEER_PYTHON, Debian's /usr/bin/python3, not in that environment.
+Usage (from the repository root, with the environment built):
+  .venv/bin/python3 bench/peers/op_cost.py [--repeat N] [--build DIR] [--python PY]
+      [--plot FILE.png] [--out FILE.md]
 """
 import argparse
 import datetime
@@ -29,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import REPO, PEER_PYTHON, check_peer_python, cpu_model, fail, fmt, ratio, run  # noqa: E402
+from compare import REPO, check_peers, cpu_model, fail, fmt, peer_python, ratio, run  # noqa: E402
 
 SIZES = [10**k for k in range(8)]
 UNARY_SIZES = [10**4, 10**6]
@@ -121,7 +118,7 @@ def plot(figures, path, title):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        fail("--plot needs matplotlib: apt-get install -y python3-matplotlib")
+        fail("--plot needs matplotlib (in the project's environment: bash bench/peers/setup.sh)")
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     series = [
         ("cotensor.add_async_us", "cotensor, waited once", "-o"),
@@ -149,6 +146,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per figure (median)")
     ap.add_argument("--build", default=str(REPO / "build"),
                     help="cotensor build directory (default: build)")
+    ap.add_argument("--python", help="the peers' interpreter (default: .venv/bin/python3)")
     ap.add_argument("--plot", help="write the curves to this PNG")
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
@@ -157,10 +155,11 @@ def main():
     bench = Path(args.build) / "bench" / "cotensor_bench_op_cost"
     if not os.access(bench, os.X_OK):
         fail(f"{bench} not found: build it first (cmake --build {args.build})")
-    check_peer_python()
+    python = peer_python(args.python)
+    check_peers(python, ["numpy", "torch"])
 
     ours, our_notes = run([bench, "--repeat", args.repeat])
-    peers, peer_notes = run([PEER_PYTHON, "-c", PEER_CODE, args.repeat,
+    peers, peer_notes = run([python, "-c", PEER_CODE, args.repeat,
                              ",".join(map(str, SIZES)), ",".join(map(str, UNARY_SIZES))])
     figures = {**ours, **peers}
 

@@ -1,13 +1,11 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Loads cotensor traces into Chromium's own trace viewer and reports what the viewer made of them.
 
-Run by hand (it needs a browser, so no test runs it). On Debian:
-    apt-get install -y chromium python3-websocket
+Run by hand (it needs a browser, so no test runs it), in the project's Python environment
+(bash bench/peers/setup.sh; bench/README.md), which has websocket-client. On Debian:
+    apt-get install -y chromium
     COTENSOR_TRACE=t1.json build/examples/01_backend_asynchrony
-    /usr/bin/python3 bench/trace/check_viewer.py t1.json [more.json ...] [--chromium PATH]
-or, instead of python3-websocket, the project's Python environment (bash bench/peers/setup.sh;
-bench/README.md), which has websocket-client:
-    .venv/bin/python3 bench/trace/check_viewer.py t1.json [more.json ...]
+    .venv/bin/python3 bench/trace/check_viewer.py t1.json [more.json ...] [--chromium PATH]
 
 It starts Chromium headless with a DevTools port and drives it over the DevTools protocol. Debian's
 Chromium 156 no longer ships chrome://tracing (catapult's viewer), so it uses the viewer that

@@ -1,11 +1,11 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Draws a cotensor trace (Chrome trace-event JSON, from COTENSOR_TRACE=path.json or
 cotensor::trace::save) as a timeline picture: one row per thread (frontend threads first, then
 backend workers), a bar per op or wait, and a thin line from each op's enqueue on the frontend to
 its start on a worker, as in the figures of the d2l.ai chapter "Asynchronous Computation".
 
-Needs Debian's python3-matplotlib. Usage:
-    /usr/bin/python3 bench/trace/timeline.py trace.json timeline.png [--title TEXT] [--links N]
+Needs matplotlib: the project's Python environment has it (bash bench/peers/setup.sh). Usage:
+    .venv/bin/python3 bench/trace/timeline.py trace.json timeline.png [--title TEXT] [--links N]
 The output format follows the file name (.png, .svg, .pdf).
 The project's Python environment has matplotlib (bash bench/peers/setup.sh; bench/README.md):
     .venv/bin/python3 bench/trace/timeline.py trace.json timeline.png
@@ -19,7 +19,7 @@ try:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 except ImportError:
-    sys.exit("timeline.py needs matplotlib: apt-get install python3-matplotlib")
+    sys.exit("timeline.py needs matplotlib: run it with .venv/bin/python3 (bash bench/peers/setup.sh)")
 
 COLOURS = {"enqueue": "#4c72b0", "op": "#dd8452", "wait": "#8c8c8c"}
 
