@@ -13,14 +13,19 @@ namespace cotensor_bench {
 constexpr int increments = 10'000;
 constexpr std::int64_t n = 1000;
 
-// "Asynchrony via Backend": the loop, synchronized at the end.
+// "Asynchrony via Backend": 10 x (randn + matmul), issued.
+inline void issue_matmul_loop() {
+  for (int i = 0; i < 10; ++i) {
+    const auto a = cotensor::randn({n, n});
+    const auto b = cotensor::matmul(a, a);
+  }
+}
+
+// The loop, synchronized at the end.
 inline double matmul_loop(int repeat) {
   return median_seconds(repeat, [] {
     const auto start = clock_type::now();
-    for (int i = 0; i < 10; ++i) {
-      const auto a = cotensor::randn({n, n});
-      const auto b = cotensor::matmul(a, a);
-    }
+    issue_matmul_loop();
     cotensor::wait_all();
     return seconds_since(start);
   });
@@ -31,10 +36,7 @@ inline double matmul_loop(int repeat) {
 inline double matmul_loop_enqueue(int repeat) {
   return median_seconds(repeat, [] {
     const auto start = clock_type::now();
-    for (int i = 0; i < 10; ++i) {
-      const auto a = cotensor::randn({n, n});
-      const auto b = cotensor::matmul(a, a);
-    }
+    issue_matmul_loop();
     const double issued = seconds_since(start);
     cotensor::wait_all();
     return issued;
