@@ -14,9 +14,10 @@
 //
 // Routes (`handler::matches`): `GET /v2/health/live`, `GET /v2/health/ready`, `GET /v2`,
 // `GET /v2/models/{m}[/versions/{v}]`, `GET .../ready`, `GET .../config`, `POST .../infer`
-// (JSON tensors and the binary tensor data extension) and `GET /metrics` (Triton's metric
-// names). Errors are `{"error": "..."}` with 400 (a bad request) or 404 (no such model, version
-// or route), 405 for a wrong method, 503 while overloaded or shut down, 500 when a model fails.
+// (JSON tensors and the binary tensor data extension), `GET /v2/models[/{m}[/versions/{v}]]/stats`
+// (Triton's statistics extension) and `GET /metrics` (Triton's metric names). Errors are
+// `{"error": "..."}` with 400 (a bad request) or 404 (no such model, version or route), 405 for
+// a wrong method, 503 while overloaded or shut down, 500 when a model fails.
 
 #include "cotensor/asio.hpp"
 #include "cotensor/device.hpp"

@@ -33,12 +33,16 @@ constexpr std::string_view header_length_field = "Inference-Header-Content-Lengt
 
 namespace detail {
 
-// Counters of one model version, for /metrics (Triton's names).
+// Counters of one model version, for /metrics and /stats (Triton's names).
 struct model_counters {
   std::atomic<std::uint64_t> success{0};
   std::atomic<std::uint64_t> failure{0};
-  std::atomic<std::uint64_t> inferences{0};  // batch rows inferred
-  std::atomic<std::uint64_t> executions{0};  // forward passes of unbatched requests
+  std::atomic<std::uint64_t> fail_ns{0};            // from the request's arrival to its failure
+  std::atomic<std::uint64_t> input_ns{0};           // decoding the request, of successful ones
+  std::atomic<std::uint64_t> output_ns{0};          // encoding the response, of successful ones
+  std::atomic<std::uint64_t> last_inference_ms{0};  // of the last success, since the epoch
+  std::atomic<std::uint64_t> inferences{0};         // batch rows inferred
+  std::atomic<std::uint64_t> executions{0};         // forward passes of unbatched requests
   std::atomic<std::uint64_t> request_ns{0};
   std::atomic<std::uint64_t> compute_ns{0};   // of unbatched requests
   std::atomic<std::int64_t> running_rows{0};  // of unbatched requests, bounded as a queue
@@ -164,7 +168,7 @@ private:
     o["version"] = std::to_string(COTENSOR_VERSION_MAJOR) + "." +
                    std::to_string(COTENSOR_VERSION_MINOR) + "." +
                    std::to_string(COTENSOR_VERSION_PATCH);
-    o["extensions"] = json::array{"binary_tensor_data", "model_configuration"};
+    o["extensions"] = json::array{"binary_tensor_data", "model_configuration", "statistics"};
     return reply(req, http::status::ok, json::serialize(o));
   }
 
@@ -236,14 +240,23 @@ private:
     return reply(req, http::status::ok, json::serialize(o));
   }
 
-  asio::awaitable<response> infer(const handler::request& req, served_model& s);
+  // Triton's statistics extension: the model versions named (all of them when `name` is
+  // empty, every version of `name` when `version` is 0).
   response
-  failure(const handler::request& req, served_model& s, const std::exception_ptr& failed) const;
+  statistics(const handler::request& req, std::string_view name, std::int64_t version) const;
+
+  asio::awaitable<response> infer(const handler::request& req, served_model& s);
+  response failure(const handler::request& req,
+                   served_model& s,
+                   const std::exception_ptr& failed,
+                   clock_type::time_point start) const;
   response success(const handler::request& req,
                    served_model& s,
                    const protocol::decoded_request& request,
                    const std::vector<protocol::computed_output>& outputs,
-                   clock_type::time_point start) const;
+                   clock_type::time_point start,
+                   clock_type::time_point decoded) const;
+  static void count_failure(served_model& s, clock_type::time_point start);
 
   asio::any_io_executor executor_;
   const model_repository& repo_;
@@ -333,7 +346,10 @@ asio::awaitable<handler::response> handler_state::handle(const handler::request&
   if (path[1] != "models" || path.size() < 3) {
     co_return error(req, http::status::not_found, "no such route");
   }
-  // /v2/models/{name}[/versions/{v}][/ready|/config|/infer]
+  if (path.size() == 3 && path[2] == "stats") {
+    co_return get ? statistics(req, {}, 0) : wrong_method(req, "GET");
+  }
+  // /v2/models/{name}[/versions/{v}][/ready|/config|/infer|/stats]
   const std::string_view name = path[2];
   std::size_t next = 3;
   std::int64_t version = 0;
@@ -371,6 +387,9 @@ asio::awaitable<handler::response> handler_state::handle(const handler::request&
   }
   if (action == "config") {
     co_return get ? model_config_json(req, *s) : wrong_method(req, "GET");
+  }
+  if (action == "stats") {
+    co_return get ? statistics(req, name, version) : wrong_method(req, "GET");
   }
   if (action == "infer") {
     if (req.method() != http::verb::post) {
@@ -418,10 +437,16 @@ protocol::computed_output computed(const model_config& config,
 
 }  // namespace
 
+void handler_state::count_failure(served_model& s, clock_type::time_point start) {
+  ++s.counters.failure;
+  s.counters.fail_ns += ns(clock_type::now() - start);
+}
+
 handler::response handler_state::failure(const handler::request& req,
                                          served_model& s,
-                                         const std::exception_ptr& failed) const {
-  ++s.counters.failure;
+                                         const std::exception_ptr& failed,
+                                         clock_type::time_point start) const {
+  count_failure(s, start);
   try {
     std::rethrow_exception(failed);
   } catch (const std::system_error& e) {
@@ -442,11 +467,20 @@ handler::response handler_state::success(const handler::request& req,
                                          served_model& s,
                                          const protocol::decoded_request& request,
                                          const std::vector<protocol::computed_output>& outputs,
-                                         clock_type::time_point start) const {
+                                         clock_type::time_point start,
+                                         clock_type::time_point decoded) const {
+  const auto computed = clock_type::now();
   auto encoded = protocol::encode_infer_response(s.m->config(), s.version, request.id, outputs);
+  const auto end = clock_type::now();
   ++s.counters.success;
   s.counters.inferences += static_cast<std::uint64_t>(request.batch);
-  s.counters.request_ns += ns(clock_type::now() - start);
+  s.counters.request_ns += ns(end - start);
+  s.counters.input_ns += ns(decoded - start);
+  s.counters.output_ns += ns(end - computed);
+  s.counters.last_inference_ms =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
   auto res = reply(req, http::status::ok, std::move(encoded.body),
                    encoded.header_length ? "application/octet-stream" : "application/json");
   if (encoded.header_length) {
@@ -474,12 +508,13 @@ asio::awaitable<handler::response> handler_state::infer(const handler::request& 
     decoded = protocol::request_error{400, std::string("malformed request: ") + e.what()};
   }
   if (auto* e = std::get_if<protocol::request_error>(&decoded)) {
-    ++s.counters.failure;
+    count_failure(s, start);
     co_return error(req, static_cast<http::status>(e->status), e->message);
   }
+  const auto decoded_at = clock_type::now();
   const auto& request = std::get<protocol::decoded_request>(decoded);
   if (!ready_) {
-    ++s.counters.failure;
+    count_failure(s, start);
     co_return error(req, http::status::service_unavailable, "the server is shutting down");
   }
   // Unbatched requests are bounded as the batcher bounds its queue: by rows being computed.
@@ -491,7 +526,8 @@ asio::awaitable<handler::response> handler_state::infer(const handler::request& 
   const auto admitted = s.counters.running_rows += request.batch;
   const admission guard{s.counters.running_rows, request.batch};
   if (!s.batch && admitted > static_cast<std::int64_t>(options_.max_queue_rows)) {
-    co_return failure(req, s, std::make_exception_ptr(std::system_error(batcher_errc::queue_full)));
+    co_return failure(req, s, std::make_exception_ptr(std::system_error(batcher_errc::queue_full)),
+                      start);
   }
   // An exception from an await here is the caller's cancellation (operation_aborted): it
   // propagates. Every other failure is the request's, answered with a status.
@@ -545,9 +581,47 @@ asio::awaitable<handler::response> handler_state::infer(const handler::request& 
     }
   }
   if (failed) {
-    co_return failure(req, s, failed);
+    co_return failure(req, s, failed, start);
   }
-  co_return success(req, s, request, computed_outputs, start);
+  co_return success(req, s, request, computed_outputs, start, decoded_at);
+}
+
+handler::response handler_state::statistics(const handler::request& req,
+                                            std::string_view name,
+                                            std::int64_t version) const {
+  const auto duration = [](std::uint64_t count, std::uint64_t nanoseconds) {
+    return json::object{{"count", count}, {"ns", nanoseconds}};
+  };
+  json::array stats;
+  for (const auto& [key, s] : served_) {
+    if ((!name.empty() && s->name != name) || (version != 0 && s->version != version)) {
+      continue;
+    }
+    const auto& c = s->counters;
+    const batcher_stats b = s->batch ? s->batch->stats() : batcher_stats{};
+    const std::uint64_t ok = c.success;
+    json::object inference{
+        {"success", duration(ok, c.request_ns)},
+        {"fail", duration(c.failure, c.fail_ns)},
+        {"queue", duration(ok, static_cast<std::uint64_t>(b.queue_time.count()))},
+        {"compute_input", duration(ok, c.input_ns)},
+        {"compute_infer",
+         duration(ok, c.compute_ns + static_cast<std::uint64_t>(b.compute_time.count()))},
+        {"compute_output", duration(ok, c.output_ns)},
+        {"cache_hit", duration(0, 0)},
+        {"cache_miss", duration(0, 0)}};
+    stats.push_back(json::object{{"name", s->name},
+                                 {"version", std::to_string(s->version)},
+                                 {"last_inference", c.last_inference_ms.load()},
+                                 {"inference_count", c.inferences.load()},
+                                 {"execution_count", c.executions + b.batches},
+                                 {"inference_stats", std::move(inference)},
+                                 {"batch_stats", json::array{}}});
+  }
+  if (stats.empty() && !name.empty()) {
+    return error(req, http::status::not_found, "no model '" + std::string(name) + "'");
+  }
+  return reply(req, http::status::ok, json::serialize(json::object{{"model_stats", stats}}));
 }
 
 std::string handler_state::metrics() const {

@@ -11,6 +11,7 @@
 #include <boost/json/src.hpp>  // Boost.JSON header-only: in exactly one .cpp of the program
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -367,6 +368,65 @@ TEST_SUITE("server") {
     CHECK(t.find("nv_inference_count" + labels + " 1") != std::string::npos);
     CHECK(t.find("nv_inference_exec_count" + labels + " 1") != std::string::npos);
     CHECK(srv.stop(SIGINT) == 0);
+  }
+
+  TEST_CASE("the statistics extension counts requests, failures and their times" *
+            doctest::timeout(120)) {
+    server_process srv(base_args(true));
+    const auto port = srv.port();
+    const std::vector<std::vector<float>> rows{model().row(1), model().row(2), model().row(3)};
+    CHECK(outputs_match(infer(port, body_of(rows)), rows));
+    const std::string short_row = R"({"inputs": [{"name": "INPUT0", "datatype": "FP32",
+                                      "shape": [1, 7], "data": [1, 2, 3, 4, 5, 6, 7]}]})";
+    CHECK(infer(port, short_row).result() == http::status::bad_request);
+
+    const auto meta = json::parse(request(port, http::verb::get, "/v2").body()).as_object();
+    const auto& extensions = meta.at("extensions").as_array();
+    CHECK(std::find(extensions.begin(), extensions.end(), json::value("statistics")) !=
+          extensions.end());
+
+    auto res = request(port, http::verb::get, "/v2/models/mlp/stats");
+    REQUIRE(res.result() == http::status::ok);
+    const auto stats = json::parse(res.body()).as_object().at("model_stats").as_array();
+    REQUIRE(stats.size() == 1);
+    const auto& m = stats.at(0).as_object();
+    CHECK(m.at("name") == "mlp");
+    CHECK(m.at("version") == "1");
+    CHECK(m.at("inference_count").to_number<std::int64_t>() == 3);                // rows
+    CHECK(m.at("execution_count").to_number<std::int64_t>() == 1);                // one batch
+    CHECK(m.at("last_inference").to_number<std::int64_t>() > 1'700'000'000'000);  // ms, 2023+
+    CHECK(m.at("batch_stats").as_array().empty());
+    const auto& inference = m.at("inference_stats").as_object();
+    const auto count = [&](const char* k) {
+      return inference.at(k).as_object().at("count").to_number<std::int64_t>();
+    };
+    const auto nanoseconds = [&](const char* k) {
+      return inference.at(k).as_object().at("ns").to_number<std::int64_t>();
+    };
+    CHECK(count("success") == 1);
+    CHECK(count("fail") == 1);
+    CHECK(nanoseconds("fail") > 0);
+    for (const char* k : {"success", "queue", "compute_input", "compute_infer", "compute_output"}) {
+      CAPTURE(k);
+      CHECK(count(k) == 1);
+      CHECK(nanoseconds(k) >= 0);
+    }
+    CHECK(nanoseconds("compute_infer") > 0);
+    CHECK(nanoseconds("success") >= nanoseconds("compute_infer"));
+    CHECK(count("cache_hit") == 0);
+
+    // Every model without a name; a model no one serves is a 404; only GET.
+    res = request(port, http::verb::get, "/v2/models/stats");
+    REQUIRE(res.result() == http::status::ok);
+    CHECK(json::parse(res.body()).as_object().at("model_stats").as_array().size() == 2);
+    CHECK(request(port, http::verb::get, "/v2/models/mlp/versions/1/stats").result() ==
+          http::status::ok);
+    res = request(port, http::verb::get, "/v2/models/nope/stats");
+    CHECK(res.result() == http::status::not_found);
+    CHECK(is_json_error(res.body()));
+    CHECK(request(port, http::verb::post, "/v2/models/mlp/stats", "{}").result() ==
+          http::status::method_not_allowed);
+    CHECK(srv.stop(SIGTERM) == 0);
   }
 
   TEST_CASE("every bad input gets a 4xx JSON error and the server keeps serving" *

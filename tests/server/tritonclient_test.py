@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Drives cotensor_server with NVIDIA's own client, `tritonclient.http`, over the Open Inference
-Protocol (KServe v2) and its Triton extensions (binary tensor data, model configuration), and
+Protocol (KServe v2) and its Triton extensions (binary tensor data, model configuration,
+statistics), and
 compares every result with PyTorch running the same model.
 
     .venv/bin/python3 tests/server/tritonclient_test.py build/examples/cotensor_server
@@ -347,6 +348,27 @@ def check_async(url, rng, n=64):
         client.close()
 
 
+def check_statistics(client, n_async):
+    """After check_async: its requests are counted by the statistics extension, per model."""
+    meta = client.get_server_metadata()
+    check("statistics" in meta.get("extensions", []), f"statistics not advertised: {meta}")
+    stats = client.get_inference_statistics("identity_int64")
+    models = stats.get("model_stats", [])
+    check(len(models) == 1 and models[0].get("name") == "identity_int64",
+          f"get_inference_statistics(identity_int64): {stats}")
+    success = models[0]["inference_stats"]["success"]
+    # Every fourth async request went to identity_int64 (and check_infer sent it some before).
+    check(int(success["count"]) >= n_async // 4 and int(success["ns"]) > 0,
+          f"identity_int64 success stats {success}, want at least {n_async // 4} requests")
+    check(int(models[0]["inference_count"]) >= int(success["count"]),
+          f"inference_count {models[0]['inference_count']} below the requests {success['count']}")
+    everything = client.get_inference_statistics()
+    names = {m["name"] for m in everything.get("model_stats", [])}
+    check({"mlp_fp32", "mlp_fp64", "mlp_fp16", "identity_int64"} <= names,
+          f"get_inference_statistics() lacks models: {sorted(names)}")
+    print(f"  statistics: identity_int64 {success['count']} requests, {len(names)} model versions")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("server", help="the cotensor_server binary")
@@ -371,6 +393,11 @@ def main():
             finally:
                 client.close()
             check_async(server.url, rng)
+            client = httpclient.InferenceServerClient(server.url, network_timeout=60.0)
+            try:
+                check_statistics(client, 64)
+            finally:
+                client.close()
             rc = server.terminate()
             check(rc == 0, f"the server exited with {rc} after SIGTERM, want 0; stderr tail:\n"
                   + "\n".join(server.stderr_lines()[-20:]))
