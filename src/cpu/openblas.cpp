@@ -1,5 +1,7 @@
 #include "cpu/openblas.hpp"
 
+#include "dynamic_symbol.hpp"
+
 #include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
@@ -8,14 +10,6 @@
 namespace cotensor::detail::cpu {
 
 namespace {
-
-template <class F>
-void resolve(void* handle, const char* name, F& f, std::string& missing) {
-  f = reinterpret_cast<F>(dlsym(handle, name));
-  if (f == nullptr) {
-    missing += missing.empty() ? name : std::string(", ") + name;
-  }
-}
 
 // OPENBLAS_CORETYPE set for the duration of a scope, when it was unset; unset again after.
 class coretype_for_scope {
@@ -64,13 +58,18 @@ openblas_library open_openblas() {
     throw std::runtime_error("cotensor: cannot load OpenBLAS for matmul on the CPU (tried " +
                              tried + "); on Debian: apt-get install libopenblas0");
   }
-  std::string missing;
-  resolve(handle, "cblas_sgemm", lib.sgemm, missing);
-  resolve(handle, "cblas_dgemm", lib.dgemm, missing);
+  std::string missing;  // the names of those not found, for the message
+  const auto need = [&](const char* name, auto& f) {
+    if (!resolve(handle, name, f)) {
+      missing += missing.empty() ? name : std::string(", ") + name;
+    }
+  };
+  need("cblas_sgemm", lib.sgemm);
+  need("cblas_dgemm", lib.dgemm);
   void (*set_num_threads)(int) = nullptr;
   char* (*get_corename)() = nullptr;
-  resolve(handle, "openblas_set_num_threads", set_num_threads, missing);
-  resolve(handle, "openblas_get_corename", get_corename, missing);
+  need("openblas_set_num_threads", set_num_threads);
+  need("openblas_get_corename", get_corename);
   if (!missing.empty()) {
     throw std::runtime_error(std::string("cotensor: the OpenBLAS loaded for matmul lacks ") +
                              missing);

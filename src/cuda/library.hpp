@@ -4,6 +4,8 @@
 // loads: cuBLAS with the first matmul on a GPU, NCCL with the first GPU collective. Compiled only
 // with COTENSOR_WITH_CUDA.
 
+#include "dynamic_symbol.hpp"
+
 #include <dlfcn.h>
 #include <string>
 
@@ -23,11 +25,7 @@ inline void* open_toolkit_library(const char* soname, std::string& error) {
   return open_toolkit_library(soname, nullptr, error);
 }
 
-/// Resolves `name` in `handle` into `f`; false if it is missing.
-template <class F>
-bool resolve(void* handle, const char* name, F& f) {
-  f = reinterpret_cast<F>(dlsym(handle, name));
-  return f != nullptr;
-}
+/// Resolves a function of a library opened here (dynamic_symbol.hpp).
+using detail::resolve;
 
 }  // namespace cotensor::detail::cuda

@@ -56,6 +56,21 @@ struct served_model {
   model_counters counters;
 };
 
+// What /metrics and /stats both report of a model version, from its counters and its
+// batcher's: every forward pass, and the time spent in them and queued for them.
+struct model_totals {
+  std::uint64_t executions = 0;
+  std::uint64_t compute_ns = 0;
+  std::uint64_t queue_ns = 0;
+};
+
+static model_totals totals_of(const served_model& s) {
+  const batcher_stats b = s.batch ? s.batch->stats() : batcher_stats{};
+  return {s.counters.executions + b.batches,
+          s.counters.compute_ns + static_cast<std::uint64_t>(b.compute_time.count()),
+          static_cast<std::uint64_t>(b.queue_time.count())};
+}
+
 class handler_state {
 public:
   handler_state(asio::any_io_executor ex, const model_repository& repo, handler_options options)
@@ -241,7 +256,7 @@ private:
   }
 
   // Triton's statistics extension: the model versions named (all of them when `name` is
-  // empty, every version of `name` when `version` is 0).
+  // empty, every version of `name` when `version` is 0; the route has found the model).
   response
   statistics(const handler::request& req, std::string_view name, std::int64_t version) const;
 
@@ -469,14 +484,14 @@ handler::response handler_state::success(const handler::request& req,
                                          const std::vector<protocol::computed_output>& outputs,
                                          clock_type::time_point start,
                                          clock_type::time_point decoded) const {
-  const auto computed = clock_type::now();
+  const auto encoding = clock_type::now();
   auto encoded = protocol::encode_infer_response(s.m->config(), s.version, request.id, outputs);
   const auto end = clock_type::now();
   ++s.counters.success;
   s.counters.inferences += static_cast<std::uint64_t>(request.batch);
   s.counters.request_ns += ns(end - start);
   s.counters.input_ns += ns(decoded - start);
-  s.counters.output_ns += ns(end - computed);
+  s.counters.output_ns += ns(end - encoding);
   s.counters.last_inference_ms =
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                      std::chrono::system_clock::now().time_since_epoch())
@@ -598,28 +613,23 @@ handler::response handler_state::statistics(const handler::request& req,
       continue;
     }
     const auto& c = s->counters;
-    const batcher_stats b = s->batch ? s->batch->stats() : batcher_stats{};
+    const model_totals t = totals_of(*s);
     const std::uint64_t ok = c.success;
-    json::object inference{
-        {"success", duration(ok, c.request_ns)},
-        {"fail", duration(c.failure, c.fail_ns)},
-        {"queue", duration(ok, static_cast<std::uint64_t>(b.queue_time.count()))},
-        {"compute_input", duration(ok, c.input_ns)},
-        {"compute_infer",
-         duration(ok, c.compute_ns + static_cast<std::uint64_t>(b.compute_time.count()))},
-        {"compute_output", duration(ok, c.output_ns)},
-        {"cache_hit", duration(0, 0)},
-        {"cache_miss", duration(0, 0)}};
+    json::object inference{{"success", duration(ok, c.request_ns)},
+                           {"fail", duration(c.failure, c.fail_ns)},
+                           {"queue", duration(ok, t.queue_ns)},
+                           {"compute_input", duration(ok, c.input_ns)},
+                           {"compute_infer", duration(ok, t.compute_ns)},
+                           {"compute_output", duration(ok, c.output_ns)},
+                           {"cache_hit", duration(0, 0)},
+                           {"cache_miss", duration(0, 0)}};
     stats.push_back(json::object{{"name", s->name},
                                  {"version", std::to_string(s->version)},
                                  {"last_inference", c.last_inference_ms.load()},
                                  {"inference_count", c.inferences.load()},
-                                 {"execution_count", c.executions + b.batches},
+                                 {"execution_count", t.executions},
                                  {"inference_stats", std::move(inference)},
                                  {"batch_stats", json::array{}}});
-  }
-  if (stats.empty() && !name.empty()) {
-    return error(req, http::status::not_found, "no model '" + std::string(name) + "'");
   }
   return reply(req, http::status::ok, json::serialize(json::object{{"model_stats", stats}}));
 }
@@ -647,7 +657,7 @@ std::string handler_state::metrics() const {
     for (const auto& [key, s] : served_) {
       const auto& c = s->counters;
       std::uint64_t value = 0;
-      const batcher_stats b = s->batch ? s->batch->stats() : batcher_stats{};
+      const model_totals t = totals_of(*s);
       switch (f) {
       case 0:
         value = c.success;
@@ -659,16 +669,16 @@ std::string handler_state::metrics() const {
         value = c.inferences;
         break;
       case 3:
-        value = c.executions + b.batches;
+        value = t.executions;
         break;
       case 4:
         value = c.request_ns / 1000;
         break;
       case 5:
-        value = static_cast<std::uint64_t>(b.queue_time.count()) / 1000;
+        value = t.queue_ns / 1000;
         break;
       default:
-        value = (c.compute_ns + static_cast<std::uint64_t>(b.compute_time.count())) / 1000;
+        value = t.compute_ns / 1000;
         break;
       }
       os << families[f].name << "{model=\"" << s->name << "\",version=\"" << s->version << "\"} "
