@@ -270,10 +270,17 @@ TEST_SUITE("runtime") {
       env_var engine("COTENSOR_ENGINE", "naive");
       env_var threads("COTENSOR_NUM_THREADS", "3");
       env_var limit("COTENSOR_MAX_IN_FLIGHT", "77");
+      env_var spin("COTENSOR_WAIT_SPIN_US", "40");
       auto options = runtime_options::from_environment();
       CHECK(options.synchronous);
       CHECK(options.worker_threads == 3);
       CHECK(options.max_in_flight == 77);
+      CHECK(options.wait_spin == std::chrono::microseconds(40));
+    }
+    CHECK(runtime_options::from_environment().wait_spin == std::chrono::microseconds(0));
+    {
+      env_var spin("COTENSOR_WAIT_SPIN_US", "-5");
+      CHECK_THROWS_AS(runtime_options::from_environment(), std::invalid_argument);
     }
     {
       env_var limit("COTENSOR_MAX_IN_FLIGHT", "lots");
@@ -284,6 +291,23 @@ TEST_SUITE("runtime") {
       CHECK_THROWS_AS(runtime_options::from_environment(), std::invalid_argument);
     }
     CHECK_FALSE(runtime_options::from_environment().synchronous);
+  }
+
+  TEST_CASE("waits that spin first still see results, errors and long ops" * doctest::timeout(30)) {
+    runtime rt({.wait_spin = std::chrono::microseconds(200)});
+    CHECK(rt.options().wait_spin == std::chrono::microseconds(200));
+    // Done within the spin, and long after it (the wait then sleeps and is woken).
+    auto quick = ones({4}) + 1.0F;
+    CHECK(quick.to_vector() == std::vector<float>{2, 2, 2, 2});
+    auto slow = map(ones({1}), [](float v) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return v + 2;
+    });
+    slow.wait();
+    CHECK(slow.item() == 3.0F);
+    auto failing = map(ones({1}), [](float) -> float { throw std::out_of_range("late"); });
+    CHECK_THROWS_WITH_AS(failing.wait(), "late", std::out_of_range);
+    wait_all();
   }
 
   TEST_CASE("a runtime is current while it lives and waits for its ops when destroyed" *

@@ -4,6 +4,7 @@
 //
 //   mpirun -np 2 build/bench/cotensor_bench_dist            # 4 B .. 64 MiB
 //   mpirun -np 2 build/bench/cotensor_bench_dist --quick    # 4 B .. 64 KiB, fewer iterations
+//   COTENSOR_BENCH_DIST_MAX_BYTES=65536 mpirun -np 2 ...    # 4 B .. 64 KiB, full iterations
 //
 // cotensor's figure is the round trip a program sees: `dist::all_reduce(t)` then `t.wait()`,
 // so it includes the engine's dispatch, the hand-off to the communication thread, MPI's own
@@ -29,6 +30,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <mpi.h>
 #include <string>
 #include <vector>
@@ -152,13 +154,17 @@ int main(int argc, char** argv) {
   const auto opts = cotensor_bench::parse_options("cotensor_bench_dist", argc, argv);
   const auto world = dist::communicator::world();  // initialises MPI on its thread
   const bool root = world.rank() == 0;
+  std::size_t last = opts.quick ? (std::size_t{1} << 16) : (std::size_t{1} << 26);
+  if (const char* max = std::getenv("COTENSOR_BENCH_DIST_MAX_BYTES")) {
+    last = std::min<std::size_t>(last, std::strtoull(max, nullptr, 10));
+  }
   if (root) {
-    std::printf("# cotensor %d.%d.%d, %d ranks, all-reduce (sum) of float32, in place, %s\n",
-                COTENSOR_VERSION_MAJOR, COTENSOR_VERSION_MINOR, COTENSOR_VERSION_PATCH,
-                world.size(), opts.quick ? "4 B .. 64 KiB" : "4 B .. 64 MiB");
+    std::printf(
+        "# cotensor %d.%d.%d, %d ranks, all-reduce (sum) of float32, in place, 4 B .. %zu B%s\n",
+        COTENSOR_VERSION_MAJOR, COTENSOR_VERSION_MINOR, COTENSOR_VERSION_PATCH, world.size(), last,
+        opts.quick ? " (quick)" : "");
     std::fflush(stdout);
   }
-  const std::size_t last = opts.quick ? (std::size_t{1} << 16) : (std::size_t{1} << 26);
   std::vector<row> rows;
   for (std::size_t bytes = 4; bytes <= last; bytes *= 2) {
     const auto its = iterations_for(bytes, opts.quick);

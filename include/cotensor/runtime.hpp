@@ -4,6 +4,7 @@
 #include "cotensor/detail/async_wait.hpp"
 #include "cotensor/detail/engine_fwd.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -48,11 +49,21 @@ struct runtime_options {
   /// accumulation): up to 8x faster on an H100, about 1e-3 relative error. Off by default, as in
   /// PyTorch since 1.12: results then match the CPU's to FP32 rounding.
   bool allow_tf32 = false;
+  /// How long a blocking wait (`tensor::wait`, `item`, `wait_all`, `scope::wait`) spins on its
+  /// core, polling, before it sleeps. A sleeping thread costs a wake-up when its op ends (a
+  /// futex wake and a reschedule: 5 to 30 µs), which dominates short ops such as a lone
+  /// all-reduce of a few kilobytes (docs/distributed.md, "A lone op"). Spinning saves it only
+  /// where a core is free for the waiting thread: on a machine whose cores are all busy (the
+  /// backend's workers, the communication threads, other ranks), the spinner takes a core from
+  /// the work it waits for. So 0 (the short spin of about 1 µs that every wait makes) by
+  /// default; turn it on, 20 to 100 µs, on machines with cores to spare.
+  /// Coroutine waits (`co_await t.ready()`) never spin.
+  std::chrono::microseconds wait_spin{0};
 
   /// The defaults, overridden by the environment: `COTENSOR_ENGINE=naive` (synchronous) or
   /// `threaded`, `COTENSOR_NUM_THREADS=N`, `COTENSOR_MAX_IN_FLIGHT=N` (0: unbounded),
   /// `COTENSOR_MAX_IN_FLIGHT_BYTES=N` (0: unbounded), `COTENSOR_INLINE_SMALL_OPS=0|1`,
-  /// `COTENSOR_ALLOW_TF32=0|1`.
+  /// `COTENSOR_ALLOW_TF32=0|1`, `COTENSOR_WAIT_SPIN_US=N`.
   /// Throws std::invalid_argument for a malformed value.
   static runtime_options from_environment();
 };

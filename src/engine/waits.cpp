@@ -25,6 +25,16 @@ std::exception_ptr blocking_waiter::wait() {
   for (int i = 0; i < 256 && !done_.load(std::memory_order_acquire); ++i) {
     cpu_relax();
   }
+  // The longer spin of runtime_options::wait_spin, looking at the clock every 64 polls.
+  if (spin_.count() > 0 && !done_.load(std::memory_order_acquire)) {
+    const auto until = std::chrono::steady_clock::now() + spin_;
+    for (unsigned i = 1; !done_.load(std::memory_order_acquire); ++i) {
+      cpu_relax();
+      if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) {
+        break;
+      }
+    }
+  }
   // Always take the lock: `complete` may still be inside its critical section, touching us.
   std::unique_lock lock(mutex_);
   cv_.wait(lock, [this] { return done_.load(std::memory_order_relaxed); });

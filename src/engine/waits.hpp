@@ -3,6 +3,7 @@
 #include "cotensor/detail/engine_fwd.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
@@ -17,11 +18,14 @@ class storage;
 /// A thread blocked until the engine completes it; spins briefly before sleeping.
 class blocking_waiter final : public waiter {
 public:
+  /// `spin`: how long `wait` polls before it sleeps (runtime_options::wait_spin).
+  explicit blocking_waiter(std::chrono::microseconds spin = {}) noexcept : spin_(spin) {}
   void complete(std::exception_ptr error) noexcept override;
   /// Blocks until `complete`, then returns its error.
   std::exception_ptr wait();
 
 private:
+  std::chrono::microseconds spin_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::exception_ptr error_;

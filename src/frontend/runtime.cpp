@@ -48,6 +48,10 @@ runtime_options runtime_options::from_environment() {
   if (const char* small = std::getenv("COTENSOR_INLINE_SMALL_OPS")) {
     options.inline_small_ops = parse_number<unsigned>("COTENSOR_INLINE_SMALL_OPS", small) != 0;
   }
+  if (const char* spin = std::getenv("COTENSOR_WAIT_SPIN_US")) {
+    options.wait_spin =
+        std::chrono::microseconds(parse_number<unsigned>("COTENSOR_WAIT_SPIN_US", spin));
+  }
   if (const char* tf32 = std::getenv("COTENSOR_ALLOW_TF32")) {
     options.allow_tf32 = parse_number<unsigned>("COTENSOR_ALLOW_TF32", tf32) != 0;
   }
@@ -113,7 +117,7 @@ unsigned runtime::worker_threads() const noexcept { return engine_->worker_threa
 void wait_all() {
   detail::check_may_block("cotensor::wait_all");
   const auto traced = detail::trace_wait_begin("wait_all");
-  detail::blocking_waiter w;
+  detail::blocking_waiter w(detail::current_engine().options().wait_spin);
   detail::current_engine().wait_all(w);
   auto error = w.wait();
   detail::trace_wait_end(traced);

@@ -16,7 +16,7 @@ scope::activation::~activation() { detail::set_current_scope(previous_); }
 void scope::wait() const {
   detail::check_may_block("cotensor::scope::wait");
   const auto traced = detail::trace_wait_begin("scope::wait");
-  detail::blocking_waiter w;
+  detail::blocking_waiter w(detail::current_engine().options().wait_spin);
   tracker_->wait(w);
   auto error = w.wait();
   detail::trace_wait_end(traced);

@@ -26,7 +26,7 @@ void tensor::wait() const {
   const auto& s = detail::checked(*this, "wait");
   detail::check_may_block("cotensor::tensor::wait");
   const auto traced = detail::trace_wait_begin("wait");
-  detail::blocking_waiter w;
+  detail::blocking_waiter w(detail::current_engine().options().wait_spin);
   detail::wait_for_buffer(*s, w);
   auto error = w.wait();
   detail::trace_wait_end(traced);
