@@ -13,6 +13,12 @@
 //
 // MPI is initialised with MPI_THREAD_SERIALIZED: every MPI call of every communication thread
 // holds `mpi_lock()`.
+//
+// The stall probe: each communicator has a duplicate of its MPI communicator on which the
+// threads ask each other, once an op is overdue (in flight for half the timeout), how many
+// collectives they have started. A rank that answers is alive; one that does not has stopped or
+// cannot be reached. The timeout's error names both kinds, so that the error on every surviving
+// rank names the peer that stopped answering. Idle threads look for questions every 50 ms.
 
 #include "cotensor/async_op.hpp"
 #include "cotensor/distributed.hpp"
@@ -29,6 +35,7 @@
 #include <exception>
 #include <functional>
 #include <future>
+#include <list>
 #include <map>
 #include <memory>
 #include <mpi.h>
@@ -99,6 +106,7 @@ struct request {
   bool checking = false;  // in flight: the COTENSOR_DIST_CHECK all-gather
   std::array<std::uint64_t, 4> check_mine{};
   std::vector<std::uint64_t> check_all;
+  clock::time_point started{};  // when it was started (the timeout counts from here)
   clock::time_point deadline{};
   const char* call = "";  // the MPI function in flight, for errors
 
@@ -135,11 +143,6 @@ public:
   comm_state& operator=(const comm_state&) = delete;
   ~comm_state();
 
-  /// Sets the rank and size, once known (the world's, after MPI_Init_thread); before any op.
-  void set_identity(int rank, int size) noexcept {
-    rank_ = rank;
-    size_ = size;
-  }
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   bool broken() const noexcept { return broken_.load(std::memory_order_acquire); }
@@ -149,7 +152,9 @@ public:
   std::uint64_t next_seq(bool collective, std::uint64_t& coll_seq);
   /// Hands a request to the communication thread; from any thread.
   void post(std::unique_ptr<request> r);
-  /// Starts the communication thread; `init` runs first on it (the world's MPI_Init_thread).
+  /// Starts the communication thread; `init` runs first on it (the world's MPI_Init_thread),
+  /// then the stall probe's set-up (a collective on the group), which also sets the rank and
+  /// size from MPI. Returns once both are done; throws what they threw.
   void start_thread(std::function<void()> init, std::function<void()> fini);
   /// Runs every op issued so far to its end (or its timeout), then stops the thread (which
   /// frees the communicator, or finalises MPI for the world). Idempotent.
@@ -183,9 +188,16 @@ private:
   void finish(std::unique_ptr<request> r, std::exception_ptr error);
   void check_done(std::unique_ptr<request> r);
   void break_all(std::exception_ptr error);
+  // The stall probe (on the thread; see the top of this file).
+  void open_probe();
+  bool close_probe();  // false while a probe message is still in MPI's hands
+  void poll_probe(clock::time_point now);
+  void ping_peers(clock::time_point now);
+  void send_probe(int to, int tag);
+  std::string stall_report(const request& r) const;
   // Marks the communicator broken; returns the error it is broken with (the first caller's).
   std::exception_ptr mark_broken(std::exception_ptr error) noexcept;
-  bool drained() const;  // under mu_
+  bool drained(bool count_zombies) const;  // under mu_; zombies count or not
 
   MPI_Comm comm_;
   int rank_;
@@ -218,6 +230,22 @@ private:
   std::vector<std::unique_ptr<request>> zombies_;  // timed out, still in MPI's hands
   std::vector<MPI_Request> zombie_reqs_;
   bool checking_ = false;  // a check in flight holds the start order
+
+  // The stall probe's, on the communication thread.
+  struct probe_send {
+    std::array<std::uint64_t, 2> message{};
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
+  MPI_Comm probe_comm_ = MPI_COMM_NULL;  // a duplicate of comm_; null for one rank
+  std::array<std::uint64_t, 2> probe_in_{};
+  MPI_Request probe_recv_ = MPI_REQUEST_NULL;
+  std::list<probe_send> probe_sends_;          // stable addresses while MPI sends them
+  std::vector<std::string> hosts_;             // each rank's "host, pid N"
+  std::vector<clock::time_point> heard_from_;  // each rank's last probe message
+  std::vector<std::uint64_t> peer_started_;    // ... and how many collectives it had started
+  std::uint64_t coll_started_ = 0;             // collectives started here
+  clock::time_point pinged_at_{};
+  clock::time_point probe_polled_at_{};
 
   std::thread thread_;
   std::function<void()> fini_;

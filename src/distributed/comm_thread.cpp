@@ -182,6 +182,10 @@ constexpr auto slow_poll = std::chrono::microseconds(50);
 // sleeps: a program that issues collectives back to back (a training step's gradients, a
 // latency loop) then pays no wake-up per op.
 constexpr auto linger = std::chrono::microseconds(200);
+// The stall probe (comm_state.hpp, stall_probe.cpp): an idle thread looks for questions this
+// often; a busy one every `probe_poll`.
+constexpr auto probe_idle_poll = std::chrono::milliseconds(50);
+constexpr auto probe_poll = std::chrono::milliseconds(1);
 
 }  // namespace
 
@@ -297,6 +301,7 @@ void comm_state::start_thread(std::function<void()> init, std::function<void()> 
       if (init) {
         init();
       }
+      open_probe();
       started.set_value();
     } catch (...) {
       started.set_exception(std::current_exception());
@@ -331,18 +336,19 @@ void comm_state::stop() {
   // the last op that holds it.
 }
 
-bool comm_state::drained() const {
+bool comm_state::drained(bool count_zombies) const {
   std::uint64_t issued = 0;
   {
     std::lock_guard lock(issue_mu_);
     issued = issued_;
   }
-  return next_start_ == issued && in_flight_.empty() && zombies_.empty() && ready_.empty() &&
-         incoming_.empty();
+  return next_start_ == issued && in_flight_.empty() && (zombies_.empty() || !count_zombies) &&
+         ready_.empty() && incoming_.empty();
 }
 
 void comm_state::run() {
   clock::time_point stop_deadline{};
+  clock::time_point zombie_deadline{};
   auto last_work = clock::now();
   unsigned polls = 0;
   for (;;) {
@@ -354,12 +360,17 @@ void comm_state::run() {
       }
       incoming_.clear();
       if (stopping_) {
+        const auto now = clock::now();
         if (stop_deadline == clock::time_point{}) {
-          stop_deadline = clock::now() + clock::duration(timeout_.load());
+          stop_deadline = now + clock::duration(timeout_.load());
+          zombie_deadline = now + std::min<clock::duration>(clock::duration(timeout_.load()),
+                                                            std::chrono::seconds(1));
         }
         // Ops issued but never handed over (their engine never ran them) cannot hold the
-        // exit forever.
-        if (drained() || clock::now() > stop_deadline) {
+        // exit forever; nor can the abandoned requests of a broken communicator for more than
+        // a second (their peer may be dead).
+        if (drained(true) || now > stop_deadline ||
+            (broken() && drained(false) && now > zombie_deadline)) {
           break;
         }
       }
@@ -370,9 +381,18 @@ void comm_state::run() {
         } else if (clock::now() - last_work < linger) {
           lock.unlock();
           std::this_thread::yield();
-        } else {
+        } else if (probe_comm_ == MPI_COMM_NULL) {
           cv_.wait(lock, [this] { return !incoming_.empty() || stopping_; });
           last_work = clock::now();
+        } else {
+          // Idle, but a peer that is stuck may ask how far this rank has got.
+          if (cv_.wait_for(lock, probe_idle_poll,
+                           [this] { return !incoming_.empty() || stopping_; })) {
+            last_work = clock::now();
+          } else {
+            lock.unlock();
+            poll_probe(clock::now());
+          }
         }
         continue;
       }
@@ -383,6 +403,9 @@ void comm_state::run() {
     const auto now = clock::now();
     if (progress) {
       last_work = now;
+    }
+    if (probe_comm_ != MPI_COMM_NULL && now - probe_polled_at_ >= probe_poll) {
+      poll_probe(now);
     }
     if (now - last_work < busy_poll) {
       if (++polls % 16 == 0) {
@@ -420,6 +443,11 @@ void comm_state::run() {
     std::fflush(stderr);
     return;
   }
+  if (!close_probe()) {
+    std::fprintf(stderr, "cotensor::dist: a stall probe message still pending at exit\n");
+    std::fflush(stderr);
+    return;
+  }
   if (fini_) {
     fini_();
   }
@@ -441,7 +469,11 @@ void comm_state::start(std::unique_ptr<request> r) {
     finish(std::move(r), broken_error_);
     return;
   }
-  r->deadline = clock::now() + clock::duration(timeout_.load(std::memory_order_relaxed));
+  r->started = clock::now();
+  r->deadline = r->started + clock::duration(timeout_.load(std::memory_order_relaxed));
+  if (is_collective(r->kind)) {
+    coll_started_ = std::max(coll_started_, r->coll_seq + 1);
+  }
   if (r->kind == op_kind::split) {
     ++next_start_;
     // MPI-3.1 has no non-blocking split: the other ranks reach it in the same order. It blocks
@@ -708,18 +740,29 @@ void comm_state::check_timeouts() {
     return;
   }
   const auto now = clock::now();
+  const auto timeout = clock::duration(timeout_.load());
   for (const auto& r : in_flight_) {
     if (now > r->deadline) {
       std::ostringstream what;
       what << "cotensor::dist::" << kind_name(r->kind) << ": not complete after "
-           << std::chrono::duration_cast<std::chrono::milliseconds>(
-                  clock::duration(timeout_.load()))
-                  .count()
-           << " ms (" << (r->checking ? "MPI_Iallgather (check)" : r->call) << ", rank " << rank_
-           << " of " << size_ << "); the communicator is broken";
+           << std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count() << " ms ("
+           << (r->checking ? "MPI_Iallgather (check)" : r->call);
+      if (is_collective(r->kind)) {
+        what << ", collective #" << r->coll_seq;
+      }
+      what << ", rank " << rank_ << " of " << size_ << ")" << stall_report(*r)
+           << "; the communicator is broken";
       break_all(mark_broken(timed_out(what.str())));
       return;
     }
+  }
+  // The oldest op overdue: ask the peers how far they have got (again every quarter timeout).
+  const auto& oldest =
+      *std::min_element(in_flight_.begin(), in_flight_.end(),
+                        [](const auto& a, const auto& b) { return a->started < b->started; });
+  if (probe_comm_ != MPI_COMM_NULL && now - oldest->started >= timeout / 2 &&
+      now - pinged_at_ >= timeout / 4) {
+    ping_peers(now);
   }
 }
 

@@ -87,10 +87,8 @@ class mpi_runtime {
 public:
   mpi_runtime() {
     (void)mpi_category();  // constructed first, destroyed after the drain that may use it
-    int rank = 0;
-    int size = 0;
     bool finalize = false;
-    auto init = [&rank, &size, &finalize] {
+    auto init = [&finalize] {
       std::lock_guard lock(mpi_lock());
       int initialized = 0;
       MPI_Initialized(&initialized);
@@ -117,8 +115,6 @@ public:
       if (tune_from_env()) {
         prefer_rabenseifner_all_reduce();
       }
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-      MPI_Comm_size(MPI_COMM_WORLD, &size);
     };
     // MPI_Init_thread runs on the world's communication thread, which finalises MPI too
     // (MPI-3.1 §12.4.3: on the thread that initialised it).
@@ -131,8 +127,7 @@ public:
         MPI_Finalize();
       }
     });
-    finalize_ = finalize;
-    world_->set_identity(rank, size);
+    finalize_ = finalize;  // the world's rank and size were set on its thread (open_probe)
   }
   mpi_runtime(const mpi_runtime&) = delete;
   mpi_runtime& operator=(const mpi_runtime&) = delete;

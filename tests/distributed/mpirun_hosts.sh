@@ -6,11 +6,13 @@
 # Prints the bytes each host's veth moved during the run and fails when a host moved fewer than
 # --min-bytes, so that a test shows its traffic really crossed the links.
 #
-#   mpirun_hosts.sh -np N [--hosts h0,h1,...] [--min-bytes B] [--timeout S] -- PROGRAM [ARGS...]
+#   mpirun_hosts.sh -np N [--hosts h0,h1,...] [--min-bytes B] [--timeout S]
+#                   [--mpirun-arg ARG]... -- PROGRAM [ARGS...]
 #
 #   --hosts      test hosts to use, as h<i> or cotensor-h<i> (default: the first N of those up)
 #   --min-bytes  bytes (received + sent) each host's veth must move (default 65536)
 #   --timeout    seconds before mpirun is ended (default 150); exit 124 then
+#   --mpirun-arg one more word for mpirun's command line (e.g. --enable-recovery); repeatable
 #
 # Environment: MPIRUN (default mpirun) is the Open MPI mpirun to use; the ranks inherit the rest.
 # Exit: the program's (mpirun's) status; 1 when the traffic check fails; 77 (skipped) without
@@ -21,18 +23,21 @@ readonly here=$(cd "$(dirname "$0")" && pwd)
 readonly ns_prefix=cotensor-h veth_prefix=cotensor-v subnet=10.78.0.0/24
 
 usage() {
-  echo "usage: $0 -np N [--hosts h0,h1,...] [--min-bytes B] [--timeout S] -- PROGRAM [ARGS...]" >&2
+  echo "usage: $0 -np N [--hosts h0,h1,...] [--min-bytes B] [--timeout S]" \
+       "[--mpirun-arg ARG]... -- PROGRAM [ARGS...]" >&2
   exit 2
 }
 skip() { echo "mpirun_hosts.sh: skipped: $*" >&2; exit 77; }
 
 np='' hosts_arg='' min_bytes=65536 limit=150
+extra=()
 while (($# > 0)); do
   case $1 in
     -np | -n) np=${2:-}; shift 2 || usage ;;
     --hosts) hosts_arg=${2:-}; shift 2 || usage ;;
     --min-bytes) min_bytes=${2:-}; shift 2 || usage ;;
     --timeout) limit=${2:-}; shift 2 || usage ;;
+    --mpirun-arg) extra+=("${2:-}"); shift 2 || usage ;;
     --) shift; break ;;
     *) usage ;;
   esac
@@ -97,6 +102,7 @@ echo "mpirun_hosts.sh: $np ranks over ${hosts[*]} (rank r on host r mod $k)"
 start=$SECONDS
 # launch <seconds>: one mpirun, ended after <seconds>; sets rc.
 launch() {
+  local launched=$SECONDS
   set +e
   # --map-by node: round-robin over the hosts. The HNP runs in the first host but no rank: the
   # machine's own hostname is not in -H, so every rank is started through the agent.
@@ -106,10 +112,11 @@ launch() {
     --mca plm_rsh_agent "$here/netns_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
     --mca pml ob1 --mca btl tcp,self \
     --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" \
-    "${program[@]}" 9>&-
+    ${extra[@]+"${extra[@]}"} "${program[@]}" 9>&-
   rc=$?
   set -e
-  if ((rc == 124 || rc == 137)); then
+  # 124 or 137 from timeout, not from mpirun (which exits 137 when a rank was killed by KILL).
+  if ((rc == 124 || rc == 137)) && ((SECONDS - launched >= $1)); then
     echo "mpirun_hosts.sh: mpirun ran past ${1}s and was ended" >&2
     # Its daemons and ranks, if any remain, are ended by pid (hosts.sh down does so too).
     for h in "${hosts[@]}"; do
@@ -126,7 +133,7 @@ program=("$@")
 # program's traffic started fails as it is.
 first_limit=$((limit < 45 ? limit : 45))
 launch "$first_limit"
-if ((rc == 124 || rc == 137)); then
+if ((rc == 124 || rc == 137)) && ((SECONDS - start >= first_limit)); then
   stalled=''
   for h in "${hosts[@]}"; do
     (($(counters "$h") - before[$h] < 20000)) && stalled+=" $h"
