@@ -19,6 +19,8 @@
 //                                                 cotensor makes, without cotensor)
 //   cotensor.dist.allreduce_pipelined_us.<bytes>  cotensor: 16 all-reduces in flight, then
 //                                                 wait_all, per all-reduce
+//   cotensor.dist.pipelined_fused_fraction.<bytes> with fusion on (COTENSOR_DIST_FUSION_BYTES):
+//                                                 the share of those run fused (rank 0's)
 //   cotensor.dist.overhead_us.<bytes>             allreduce_us - mpi_allreduce_us
 //   cotensor.dist.bandwidth_ratio.<bytes>         mpi_allreduce_us / allreduce_us (1: parity)
 // then the same as a table of `#` lines.
@@ -174,6 +176,7 @@ int main(int argc, char** argv) {
     double raw = 0;
     double raw_nonblocking = 0;
     double pipelined = 0;
+    double fused_fraction = 0;
     {
       cotensor::tensor t = cotensor::full({n}, 1.0F);
       std::vector<float> buffer(static_cast<std::size_t>(n), 1.0F);
@@ -194,7 +197,11 @@ int main(int argc, char** argv) {
         ts.push_back(cotensor::full({n}, 1.0F));
       }
       cotensor::wait_all();
+      const auto fused_before = world.fused_count();
       pipelined = time_cotensor_pipelined(ts, its);
+      const auto ops = static_cast<double>(
+          depth * (std::max(1, its.timed / depth) + std::max(1, its.warmup / depth)));
+      fused_fraction = static_cast<double>(world.fused_count() - fused_before) / ops;
     }
     rows.push_back({bytes, ours, raw, raw_nonblocking, pipelined});
     if (root) {
@@ -203,6 +210,9 @@ int main(int argc, char** argv) {
       cotensor_bench::print(("dist.mpi_allreduce_us." + b).c_str(), raw);
       cotensor_bench::print(("dist.mpi_iallreduce_us." + b).c_str(), raw_nonblocking);
       cotensor_bench::print(("dist.allreduce_pipelined_us." + b).c_str(), pipelined);
+      if (world.fused_count() > 0) {
+        cotensor_bench::print(("dist.pipelined_fused_fraction." + b).c_str(), fused_fraction);
+      }
       cotensor_bench::print(("dist.overhead_us." + b).c_str(), ours - raw);
       cotensor_bench::print(("dist.bandwidth_ratio." + b).c_str(), raw / ours);
     }

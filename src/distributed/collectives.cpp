@@ -137,7 +137,7 @@ make_request(const communicator& c, op_kind kind, int count, const tensor& t) {
   r->kind = kind;
   r->count = count;
   r->type = t.dtype();
-  r->seq = c.state()->next_seq(detail::is_collective(kind), r->coll_seq);
+  r->seq = c.state()->next_seq(detail::is_collective(kind), r->coll_seq, r.get());
   return r;
 }
 

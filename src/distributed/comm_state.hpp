@@ -14,6 +14,14 @@
 // MPI is initialised with MPI_THREAD_SERIALIZED: every MPI call of every communication thread
 // holds `mpi_lock()`.
 //
+// Fusion (opt-in, communicator::set_fusion): when the next op to start is a small all-reduce,
+// the thread gathers the small all-reduces of the same dtype and op that follow it in issue
+// order and are ready (waiting up to the cycle time for those already issued), agrees with the
+// other ranks on how many of them every rank has (an MPI_Iallreduce of the count, MIN), and
+// runs that many as one MPI_Iallreduce on a buffer that concatenates them. Whether an op is
+// fused depends only on what every rank issued (its kind, size, dtype and the fusion settings
+// when it was issued), so every rank takes part in the same agreements.
+//
 // The stall probe: each communicator has a duplicate of its MPI communicator on which the
 // threads ask each other, once an op is overdue (in flight for half the timeout), how many
 // collectives they have started. A rank that answers is alive; one that does not has stopped or
@@ -108,7 +116,16 @@ struct request {
   std::vector<std::uint64_t> check_all;
   clock::time_point started{};  // when it was started (the timeout counts from here)
   clock::time_point deadline{};
-  const char* call = "";  // the MPI function in flight, for errors
+  const char* call = "";         // the MPI function in flight, for errors
+  clock::time_point ready_at{};  // handed to the thread
+  // Fusion: the settings when it was issued; and for the agreement, what this rank has and
+  // what every rank has (MIN); and for a fused op, the ops it runs for.
+  std::size_t fusion_bytes = 0;
+  clock::duration fusion_cycle{};
+  bool negotiating = false;
+  std::uint64_t fuse_mine = 0;
+  std::uint64_t fuse_agreed = 0;
+  std::vector<std::unique_ptr<request>> members;
 
   request() = default;
   request(const request&) = delete;
@@ -116,8 +133,14 @@ struct request {
   /// A request dropped unfinished (the thread stopped first) ends what waits on it, failed.
   ~request();
 
-  /// Ends the op (once; a phantom has none), or the setup: failed with `error` unless null.
+  /// Ends the op (once; a phantom has none), or the setup: failed with `error` unless null. A
+  /// fused op fails its members with it (comm_state::finish ends them on success).
   void complete(std::exception_ptr error) noexcept {
+    if (error) {
+      for (auto& m : members) {
+        m->complete(error);
+      }
+    }
     if (done) {
       auto d = std::move(*done);
       done.reset();
@@ -148,8 +171,13 @@ public:
   bool broken() const noexcept { return broken_.load(std::memory_order_acquire); }
   void set_timeout(clock::duration t) noexcept;
 
-  /// The next sequence number (under the issue lock): the op's place in the start order.
-  std::uint64_t next_seq(bool collective, std::uint64_t& coll_seq);
+  /// The next sequence number (under the issue lock): the op's place in the start order. With
+  /// `r`, also the fusion settings at this point of the issue order, into it.
+  std::uint64_t next_seq(bool collective, std::uint64_t& coll_seq, request* r = nullptr);
+  /// Fusion of small all-reduces issued from now on (0 bytes: none).
+  void set_fusion(std::size_t bytes, clock::duration cycle);
+  /// All-reduces run as part of a fused MPI operation so far.
+  std::uint64_t fused() const noexcept { return fused_.load(std::memory_order_relaxed); }
   /// Hands a request to the communication thread; from any thread.
   void post(std::unique_ptr<request> r);
   /// Starts the communication thread; `init` runs first on it (the world's MPI_Init_thread),
@@ -187,6 +215,11 @@ private:
   void start_mpi(request& r);
   void finish(std::unique_ptr<request> r, std::exception_ptr error);
   void check_done(std::unique_ptr<request> r);
+  // Fusion (see the top of this file).
+  bool fusable(const request& r) const noexcept;
+  bool negotiate_fusion();  // false while it waits for the cycle
+  void fusion_agreed(std::unique_ptr<request> agreement);
+  void start_fused(std::vector<std::unique_ptr<request>> members);
   void break_all(std::exception_ptr error);
   // The stall probe (on the thread; see the top of this file).
   void open_probe();
@@ -215,6 +248,9 @@ private:
   mutable std::mutex issue_mu_;
   std::uint64_t issued_ = 0;       // sequence numbers handed out
   std::uint64_t coll_issued_ = 0;  // ... to collectives
+  std::size_t fusion_bytes_ = 0;   // the fusion settings, under issue_mu_
+  clock::duration fusion_cycle_{};
+  std::atomic<std::uint64_t> fused_{0};
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -229,7 +265,8 @@ private:
   std::vector<MPI_Request> reqs_;                  // in_flight_'s, same index
   std::vector<std::unique_ptr<request>> zombies_;  // timed out, still in MPI's hands
   std::vector<MPI_Request> zombie_reqs_;
-  bool checking_ = false;  // a check in flight holds the start order
+  bool checking_ = false;     // a check in flight holds the start order
+  bool negotiating_ = false;  // so does a fusion agreement
 
   // The stall probe's, on the communication thread.
   struct probe_send {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -270,8 +271,12 @@ void comm_state::set_timeout(clock::duration t) noexcept {
   timeout_.store(t.count(), std::memory_order_relaxed);
 }
 
-std::uint64_t comm_state::next_seq(bool collective, std::uint64_t& coll_seq) {
+std::uint64_t comm_state::next_seq(bool collective, std::uint64_t& coll_seq, request* r) {
   std::lock_guard lock(issue_mu_);
+  if (r != nullptr) {
+    r->fusion_bytes = fusion_bytes_;
+    r->fusion_cycle = fusion_cycle_;
+  }
   coll_seq = coll_issued_;
   if (collective) {
     ++coll_issued_;
@@ -354,7 +359,9 @@ void comm_state::run() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
+      const auto arrived = clock::now();
       for (auto& r : incoming_) {
+        r->ready_at = arrived;
         const std::uint64_t seq = r->seq;
         ready_.emplace(seq, std::move(r));
       }
@@ -455,7 +462,10 @@ void comm_state::run() {
 
 bool comm_state::start_ready() {
   bool progress = false;
-  while (!checking_ && !ready_.empty() && ready_.begin()->first == next_start_) {
+  while (!checking_ && !negotiating_ && !ready_.empty() && ready_.begin()->first == next_start_) {
+    if (fusable(*ready_.begin()->second) && !broken()) {
+      return negotiate_fusion() || progress;  // an agreement holds the start order
+    }
     auto node = ready_.extract(ready_.begin());
     start(std::move(node.mapped()));
     progress = true;
@@ -501,6 +511,10 @@ void comm_state::start(std::unique_ptr<request> r) {
     try {
       auto child =
           std::make_shared<comm_state>(out, rank, size, check_, clock::duration(timeout_.load()));
+      {
+        std::lock_guard issue(issue_mu_);  // the split inherits the fusion settings
+        child->set_fusion(fusion_bytes_, fusion_cycle_);
+      }
       child->start_thread(nullptr, [out]() mutable {
         std::lock_guard lock(mpi_lock());
         MPI_Comm_free(&out);
@@ -677,6 +691,13 @@ bool comm_state::test_in_flight() {
       } else {
         check_done(std::move(it->first));
       }
+    } else if (it->first->negotiating) {
+      if (it->second) {
+        negotiating_ = false;  // its ops, still ready, fail as they start: broken
+        (void)mark_broken(it->second);
+      } else {
+        fusion_agreed(std::move(it->first));
+      }
     } else {
       finish(std::move(it->first), it->second);
     }
@@ -723,6 +744,19 @@ void comm_state::check_done(std::unique_ptr<request> r) {
 }
 
 void comm_state::finish(std::unique_ptr<request> r, std::exception_ptr error) {
+  if (!r->members.empty()) {  // a fused op: each member gets its part of the buffer
+    const auto* part = static_cast<const std::byte*>(r->out);
+    for (auto& m : r->members) {
+      const std::size_t bytes = static_cast<std::size_t>(m->count) * itemsize(m->type);
+      if (!error) {
+        std::memcpy(m->out, part, bytes);
+      }
+      part += bytes;
+      finish(std::move(m), error);
+    }
+    r->members.clear();
+    return;
+  }
   if (!error && (r->op == reduce_op::avg) &&
       (r->kind == op_kind::all_reduce || r->kind == op_kind::reduce_scatter)) {
     average(r->type, r->out, r->count, size_);
@@ -749,6 +783,9 @@ void comm_state::check_timeouts() {
            << (r->checking ? "MPI_Iallgather (check)" : r->call);
       if (is_collective(r->kind)) {
         what << ", collective #" << r->coll_seq;
+      }
+      if (!r->members.empty()) {
+        what << " and the " << r->members.size() - 1 << " fused with it";
       }
       what << ", rank " << rank_ << " of " << size_ << ")" << stall_report(*r)
            << "; the communicator is broken";
@@ -787,6 +824,9 @@ void comm_state::break_all(std::exception_ptr error) {
     if (r->checking) {
       checking_ = false;
       ++next_start_;
+    }
+    if (r->negotiating) {
+      negotiating_ = false;  // its ops, still ready, fail as they start
     }
     r->complete(error);
     zombies_.push_back(std::move(r));

@@ -4,6 +4,7 @@
 
 #include "distributed/comm_state.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -39,6 +40,20 @@ clock::duration timeout_from_env() {
     }
   }
   return std::chrono::seconds(300);
+}
+
+std::size_t fusion_bytes_from_env() {
+  if (const char* s = std::getenv("COTENSOR_DIST_FUSION_BYTES"); s != nullptr && *s != '\0') {
+    return std::min<std::size_t>(std::strtoull(s, nullptr, 10), std::size_t{1} << 30);
+  }
+  return 0;
+}
+
+clock::duration fusion_cycle_from_env() {
+  if (const char* s = std::getenv("COTENSOR_DIST_FUSION_CYCLE_US"); s != nullptr && *s != '\0') {
+    return std::chrono::microseconds(std::strtoull(s, nullptr, 10));
+  }
+  return std::chrono::microseconds(200);
 }
 
 bool tune_from_env() {
@@ -120,6 +135,7 @@ public:
     // (MPI-3.1 §12.4.3: on the thread that initialised it).
     world_ =
         std::make_shared<comm_state>(MPI_COMM_WORLD, 0, 1, check_from_env(), timeout_from_env());
+    world_->set_fusion(fusion_bytes_from_env(), fusion_cycle_from_env());
     world_->start_thread(init, [this] {
       std::lock_guard lock(mpi_lock());
       if (finalize_) {
@@ -202,6 +218,16 @@ void communicator::set_timeout(std::chrono::milliseconds timeout) const {
   }
   state_->set_timeout(timeout);
 }
+
+void communicator::set_fusion(std::size_t max_bytes, std::chrono::microseconds cycle) const {
+  if (max_bytes > (std::size_t{1} << 30) || cycle.count() < 0) {
+    throw std::invalid_argument("cotensor::dist::communicator::set_fusion: max_bytes over 1 GiB "
+                                "or a negative cycle");
+  }
+  state_->set_fusion(max_bytes, cycle);
+}
+
+std::uint64_t communicator::fused_count() const noexcept { return state_->fused(); }
 
 communicator communicator::split(int color, int key) const {
   if (color < 0) {
