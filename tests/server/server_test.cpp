@@ -202,6 +202,9 @@ struct weights {
     dir = (std::filesystem::temp_directory_path() /
            ("cotensor_server_test_" + std::to_string(::getpid())))
               .string();
+    // A directory left by an earlier process with the same pid (one that was killed) must not
+    // make this one fail.
+    std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir + "/mlp/1");
     cotensor::save_safetensors(
         dir + "/mlp/1/model.safetensors",
@@ -215,6 +218,12 @@ struct weights {
     std::filesystem::create_directories(dir + "/mlp1/1");
     std::filesystem::copy_file(dir + "/mlp/1/model.safetensors", dir + "/mlp1/1/model.safetensors");
     std::ofstream(dir + "/mlp1/config.json") << config("mlp1", 1);
+  }
+  weights(const weights&) = delete;
+  weights& operator=(const weights&) = delete;
+  ~weights() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
   }
 
   static std::string config(const std::string& name, int max_batch_size) {
