@@ -100,9 +100,18 @@ for h in "${hosts[@]}"; do before[$h]=$(counters "$h"); done
 
 echo "mpirun_hosts.sh: $np ranks over ${hosts[*]} (rank r on host r mod $k)"
 start=$SECONDS
-# launch <seconds>: one mpirun, ended after <seconds>; sets rc.
+stalled_hosts() {  # the hosts whose veth moved under 20 kB since `before`
+  local h out=''
+  for h in "${hosts[@]}"; do
+    (($(counters "$h") - before[$h] < 20000)) && out+=" $h"
+  done
+  echo "$out"
+}
+# launch <seconds> [<stall seconds>]: one mpirun, ended after <seconds>; with <stall seconds>
+# also ended then if every link has moved under 20 kB by that time (sets stalled=1). Sets rc.
 launch() {
-  local launched=$SECONDS
+  local launched=$SECONDS watchdog=''
+  stalled=0
   set +e
   # --map-by node: round-robin over the hosts. The HNP runs in the first host but no rank: the
   # machine's own hostname is not in -H, so every rank is started through the agent.
@@ -112,12 +121,33 @@ launch() {
     --mca plm_rsh_agent "$here/netns_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
     --mca pml ob1 --mca btl tcp,self \
     --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" \
-    ${extra[@]+"${extra[@]}"} "${program[@]}" 9>&-
+    ${extra[@]+"${extra[@]}"} "${program[@]}" 9>&- &
+  local job=$!
+  if [[ -n ${2:-} ]] && (($2 < $1)); then
+    # timeout passes the TERM on to mpirun, which ends its daemons and ranks.
+    # Its sleep goes with it, and it holds none of our output (a caller reading it to the end
+    # would wait for the sleep).
+    ( trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+      sleep "$2" &
+      nap=$!
+      wait "$nap"
+      if (($(wc -w <<<"$(stalled_hosts)") == ${#hosts[@]})); then
+        : >"$stall_mark"
+        kill -TERM "$job" 2>/dev/null
+      fi ) </dev/null >/dev/null 2>&1 9>&- &
+    watchdog=$!
+  fi
+  wait "$job"
   rc=$?
+  if [[ -n $watchdog ]]; then
+    kill "$watchdog" 2>/dev/null
+    wait "$watchdog" 2>/dev/null
+  fi
   set -e
+  [[ -e $stall_mark ]] && { stalled=1; rm -f "$stall_mark"; }
   # 124 or 137 from timeout, not from mpirun (which exits 137 when a rank was killed by KILL).
-  if ((rc == 124 || rc == 137)) && ((SECONDS - launched >= $1)); then
-    echo "mpirun_hosts.sh: mpirun ran past ${1}s and was ended" >&2
+  if ((stalled)) || { ((rc == 124 || rc == 137)) && ((SECONDS - launched >= $1)); }; then
+    ((stalled)) || echo "mpirun_hosts.sh: mpirun ran past ${1}s and was ended" >&2
     # Its daemons and ranks, if any remain, are ended by pid (hosts.sh down does so too).
     for h in "${hosts[@]}"; do
       for pid in $(ip netns pids "$h" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
@@ -125,25 +155,21 @@ launch() {
   fi
 }
 program=("$@")
+stall_mark=$(mktemp -u /tmp/cotensor-mpirun-hosts-stall.XXXXXX)
 # Now and then (about 1 run in 10 with 8 ranks on this 2-core machine; not seen with 2 or 3) a
 # run stalls before the program's traffic starts: every link moves under 20 kB in the whole
 # run (the launch and MPI_Init's exchange), once with one daemon that never reported. The
 # cause is not known (Open MPI's launch through the agent, or MPI_Init with 8 ranks on 2
-# cores). Such a stall, and only such a one, is retried once, saying so; a hang after the
-# program's traffic started fails as it is.
-first_limit=$((limit < 45 ? limit : 45))
-launch "$first_limit"
-if ((rc == 124 || rc == 137)) && ((SECONDS - start >= first_limit)); then
-  stalled=''
-  for h in "${hosts[@]}"; do
-    (($(counters "$h") - before[$h] < 20000)) && stalled+=" $h"
-  done
-  if (($(wc -w <<<"$stalled") == ${#hosts[@]})); then
-    echo "mpirun_hosts.sh: stalled before the program's traffic (every link under 20 kB):" \
-         "retrying once" >&2
-    for h in "${hosts[@]}"; do before[$h]=$(counters "$h"); done
-    launch "$limit"
-  fi
+# cores). Such a stall, and only such a one, is ended after stall_s (45 s) and retried once,
+# saying so; a run whose traffic started has the whole --timeout, and a hang after that fails
+# as it is.
+stall_s=45
+launch "$limit" "$stall_s"
+if ((stalled)); then
+  echo "mpirun_hosts.sh: stalled before the program's traffic (every link under 20 kB" \
+       "in $stall_s s): retrying once" >&2
+  for h in "${hosts[@]}"; do before[$h]=$(counters "$h"); done
+  launch "$limit"
 fi
 
 moved_too_little=()
