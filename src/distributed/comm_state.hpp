@@ -77,6 +77,14 @@ enum class op_kind : std::uint8_t {
 };
 const char* kind_name(op_kind k) noexcept;
 
+/// The MPI type that carries `t`'s elements: float16 and bfloat16 as MPI_UINT16_T, bool as
+/// MPI_UINT8_T (reduce_ops.cpp).
+MPI_Datatype mpi_type(dtype t) noexcept;
+/// The MPI op that reduces `t` by `op`, into `out`; MPI's error code. float16 and bfloat16
+/// reduce by ops of our own, made on first use: under `mpi_lock()`.
+int mpi_op(reduce_op op, dtype t, MPI_Op& out);
+/// Divides the sums of `n` elements at `p` by `size`, in place: what `reduce_op::avg` adds.
+void average(dtype t, void* p, int n, int size);
 /// Frees the MPI ops made for float16 and bfloat16 reductions (MPI_Op_create), if any; under
 /// `mpi_lock()`, before MPI_Finalize.
 void free_reduce_ops() noexcept;
@@ -132,6 +140,9 @@ struct request {
   request& operator=(const request&) = delete;
   /// A request dropped unfinished (the thread stopped first) ends what waits on it, failed.
   ~request();
+
+  /// The bytes of `count` elements: one rank's part.
+  std::size_t bytes() const noexcept { return static_cast<std::size_t>(count) * itemsize(type); }
 
   /// Ends the op (once; a phantom has none), or the setup: failed with `error` unless null. A
   /// fused op fails its members with it (comm_state::finish ends them on success).

@@ -11,14 +11,6 @@
 
 namespace cotensor::dist::detail {
 
-namespace {
-
-std::size_t bytes_of(const request& r) noexcept {
-  return static_cast<std::size_t>(r.count) * itemsize(r.type);
-}
-
-}  // namespace
-
 void comm_state::set_fusion(std::size_t bytes, clock::duration cycle) {
   std::lock_guard lock(issue_mu_);
   fusion_bytes_ = bytes;
@@ -27,7 +19,7 @@ void comm_state::set_fusion(std::size_t bytes, clock::duration cycle) {
 
 bool comm_state::fusable(const request& r) const noexcept {
   // Not under COTENSOR_DIST_CHECK, whose check of each collective would come between.
-  return r.kind == op_kind::all_reduce && r.fusion_bytes > 0 && bytes_of(r) <= r.fusion_bytes &&
+  return r.kind == op_kind::all_reduce && r.fusion_bytes > 0 && r.bytes() <= r.fusion_bytes &&
          !check_ && size_ > 1;
 }
 
@@ -43,11 +35,11 @@ bool comm_state::negotiate_fusion() {
   for (auto it = ready_.begin(); it != ready_.end() && it->first == seq; ++it, ++seq) {
     const request& r = *it->second;
     if (!fusable(r) || r.type != first.type || r.op != first.op ||
-        bytes + bytes_of(r) > first.fusion_bytes) {
+        bytes + r.bytes() > first.fusion_bytes) {
       closed = true;
       break;
     }
-    bytes += bytes_of(r);
+    bytes += r.bytes();
   }
   const auto now = clock::now();
   if (!closed && now - first.ready_at < first.fusion_cycle) {
@@ -120,13 +112,13 @@ void comm_state::start_fused(std::vector<std::unique_ptr<request>> members) {
   fused->coll_seq = first.coll_seq;
   std::size_t bytes = 0;
   for (const auto& m : members) {
-    bytes += bytes_of(*m);
+    bytes += m->bytes();
   }
   fused->scratch.resize(bytes);
   std::size_t at = 0;
   for (const auto& m : members) {
-    std::memcpy(fused->scratch.data() + at, m->out, bytes_of(*m));
-    at += bytes_of(*m);
+    std::memcpy(fused->scratch.data() + at, m->out, m->bytes());
+    at += m->bytes();
   }
   fused->count = static_cast<int>(bytes / itemsize(first.type));
   fused->out = fused->scratch.data();
