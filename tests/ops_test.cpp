@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -171,6 +172,33 @@ TEST_SUITE("ops") {
     } else {
       CHECK(blas.coretype_set.empty());
       CHECK(std::string(std::getenv("OPENBLAS_CORETYPE")) == user_choice);
+    }
+  }
+
+  TEST_CASE("opening OpenBLAS starts no thread pool, and the environment is as it was" *
+            doctest::timeout(20)) {
+    // With its pool, Debian's pthread OpenBLAS starts a thread per core but one as it loads,
+    // and that thread spins ~0.13 s of CPU: cotensor opens it with OPENBLAS_NUM_THREADS=1.
+    // Run alone (ctest runs each case in a process of its own), this case opens OpenBLAS here.
+    const char* user_choice = std::getenv("OPENBLAS_NUM_THREADS");
+    const auto threads = [] {
+      std::size_t n = 0;
+      for ([[maybe_unused]] const auto& task :
+           std::filesystem::directory_iterator("/proc/self/task")) {
+        ++n;
+      }
+      return n;
+    };
+    const std::size_t before = threads();
+    const auto& blas = detail::cpu::openblas();
+    CHECK(static_cast<bool>(blas.sgemm));
+    if (user_choice == nullptr) {
+      CHECK(threads() == before);
+      CHECK(blas.num_threads_set);
+      CHECK(std::getenv("OPENBLAS_NUM_THREADS") == nullptr);
+    } else {
+      CHECK(!blas.num_threads_set);
+      CHECK(std::string(std::getenv("OPENBLAS_NUM_THREADS")) == user_choice);
     }
   }
 

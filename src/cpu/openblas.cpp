@@ -11,27 +11,26 @@ namespace cotensor::detail::cpu {
 
 namespace {
 
-// OPENBLAS_CORETYPE set for the duration of a scope, when it was unset; unset again after.
-class coretype_for_scope {
+// An environment variable set to `value` for the duration of a scope, when it was unset and
+// `value` is not null; unset again after.
+class env_for_scope {
 public:
-  coretype_for_scope() {
-    if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
-      if (const char* core = openblas_coretype();
-          core != nullptr && ::setenv("OPENBLAS_CORETYPE", core, 0) == 0) {
-        set_ = core;
-      }
+  env_for_scope(const char* name, const char* value) : name_(name) {
+    if (value != nullptr && std::getenv(name) == nullptr && ::setenv(name, value, 0) == 0) {
+      set_ = value;
     }
   }
-  coretype_for_scope(const coretype_for_scope&) = delete;
-  coretype_for_scope& operator=(const coretype_for_scope&) = delete;
-  ~coretype_for_scope() {
+  env_for_scope(const env_for_scope&) = delete;
+  env_for_scope& operator=(const env_for_scope&) = delete;
+  ~env_for_scope() {
     if (!set_.empty()) {
-      ::unsetenv("OPENBLAS_CORETYPE");
+      ::unsetenv(name_);
     }
   }
   const std::string& set() const noexcept { return set_; }
 
 private:
+  const char* name_;
   std::string set_;
 };
 
@@ -43,7 +42,11 @@ openblas_library open_openblas() {
   void* handle = nullptr;
   openblas_library lib;
   {
-    const coretype_for_scope coretype;
+    // OpenBLAS reads both in its constructor: the kernels, and how many threads its pool gets.
+    // cotensor calls it from one worker per tile, so a pool would only spin (its thread polls
+    // for 2^28 cycles, ~0.13 s of CPU, after the load) and sleep.
+    const env_for_scope coretype("OPENBLAS_CORETYPE", openblas_coretype());
+    const env_for_scope threads("OPENBLAS_NUM_THREADS", "1");
     for (const char* path : candidates) {
       handle = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);  // never closed
       if (handle != nullptr) {
@@ -53,6 +56,7 @@ openblas_library open_openblas() {
       tried += std::string(tried.empty() ? "" : "; ") + path + ": " + (why ? why : "?");
     }
     lib.coretype_set = coretype.set();
+    lib.num_threads_set = !threads.set().empty();
   }
   if (handle == nullptr) {
     throw std::runtime_error("cotensor: cannot load OpenBLAS for matmul on the CPU (tried " +

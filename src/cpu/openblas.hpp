@@ -9,9 +9,15 @@
 // 280 its AVX-512 kernels reach (docs/performance.md, "OpenBLAS's kernels"). Its only switch is
 // the environment variable OPENBLAS_CORETYPE, read in that constructor. When the variable is
 // unset, cotensor sets it to the kernel set the CPU's instructions allow (openblas_coretype),
-// opens the library and unsets it again, so that no child process inherits it. A user's own
-// OPENBLAS_CORETYPE is left alone, and a process that already has OpenBLAS loaded keeps the
-// kernels it chose.
+// opens the library and unsets it again, so that no child process inherits it. It does the same
+// with OPENBLAS_NUM_THREADS=1, so that OpenBLAS starts no thread pool (oneTBB runs the tiles;
+// the pool's thread would spin ~0.13 s of CPU after the load). A user's own variables are left
+// alone, and a process that already has OpenBLAS loaded keeps the kernels it chose.
+//
+// The variables are set for the ~1.5 ms of the dlopen, on the thread that runs the first GEMM:
+// a thread of the program that calls setenv, unsetenv or putenv at that moment races with it
+// (glibc's environment is not safe to change from two threads at once). A program that sets
+// both variables itself, before it starts threads, changes nothing and runs no such risk.
 
 #include <cblas.h>
 
@@ -27,6 +33,8 @@ struct openblas_library {
   std::string core;
   /// What cotensor set OPENBLAS_CORETYPE to while opening it; empty if it set nothing.
   std::string coretype_set;
+  /// Whether cotensor set OPENBLAS_NUM_THREADS=1 while opening it (the user had not set it).
+  bool num_threads_set = false;
 };
 
 /// Opens OpenBLAS once (thread-safe; later calls return the same object) and switches its own
