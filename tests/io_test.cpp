@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -258,6 +259,45 @@ TEST_SUITE("io") {
       CHECK(back.front() == 3.0F);
       CHECK(back.back() == 3.0F);
     }
+  }
+
+  TEST_CASE("reads run on threads of their own: a load completes while every worker is busy" *
+            doctest::timeout(60)) {
+    // A read may block on the disk; on a backend worker it would hold back every op behind it.
+    runtime rt({.worker_threads = 1});
+    temp_dir dir;
+    save_safetensors(dir / "w.safetensors", {{"w", arange(1000, dtype::float32)}}, {});
+    // The only worker runs a kernel that does not return until released.
+    std::atomic<bool> started{false};
+    std::atomic<bool> release{false};
+    const tensor held = map(full({1}, 1.0F), [&](float v) {
+      started = true;
+      while (!release) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      return v;
+    });
+    while (!started) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const auto file = load_safetensors(dir / "w.safetensors");
+    std::atomic<bool> loaded{false};
+    std::thread waiter([&] {
+      file.at("w").wait();
+      loaded = true;
+    });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!loaded && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const bool loaded_while_busy = loaded;
+    release = true;
+    waiter.join();
+    held.wait();
+    CHECK(loaded_while_busy);
+    const auto w = file.at("w").to_vector<float>();
+    REQUIRE(w.size() == 1000);
+    CHECK(w[999] == 999.0F);
   }
 
   TEST_CASE("save_safetensors refuses duplicate, reserved and empty names and empty handles") {

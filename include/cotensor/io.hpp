@@ -53,8 +53,9 @@ struct safetensors_file {
 /// The header is read and validated in the call: dtypes `BOOL I32 I64 F16 BF16 F32 F64`,
 /// extents, data offsets that tile the data section exactly (sorted, no gap, no overlap, none
 /// beyond the file), each tensor's byte count equal to its elements times its itemsize, unique
-/// names. The tensors' bytes are then read by one op per tensor on the CPU backend (a tensor on
-/// a GPU is copied there after), so the call returns before they are read.
+/// names. The tensors' bytes are then read by one op per tensor, on cotensor's read threads
+/// (`COTENSOR_IO_THREADS`, default 2; never a backend worker or the calling thread), into host
+/// memory (a tensor on a GPU is copied there after), so the call returns before they are read.
 ///
 /// Errors: `io_error` in the call for a file that cannot be opened or whose header is invalid,
 /// naming the file and the tensor at fault; `std::system_error(errc::device_unavailable)` for a
@@ -81,7 +82,7 @@ void save_safetensors(const std::filesystem::path& path,
 void save_safetensors(const std::filesystem::path& path, const safetensors_file& file);
 
 /// Loads the NumPy `.npy` file `path` onto `d`, asynchronously, as `load_safetensors`: the
-/// header is validated in the call, the bytes are read on the backend.
+/// header is validated in the call, the bytes are read on the read threads.
 ///
 /// Formats: versions 1.0, 2.0 and 3.0; C order (`'fortran_order': False`) only; descr `'|b1'`,
 /// `'<i4'`, `'<i8'`, `'<f2'`, `'<f4'`, `'<f8'` (`'='` and `'|'` byte orders too where they mean

@@ -4,12 +4,21 @@
 #include "frontend.hpp"
 
 #include <cerrno>
+#include <charconv>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fcntl.h>
 #include <fstream>
+#include <mutex>
+#include <stdexcept>
+#include <string_view>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 #include <utility>
+#include <vector>
 
 namespace cotensor {
 
@@ -95,6 +104,111 @@ void read_only_file::read_exactly(std::uint64_t offset,
   }
 }
 
+namespace {
+
+// The threads that read tensors' bytes: a read may block on the disk for milliseconds, and a
+// backend worker blocked there would hold back every op queued behind it (a model loading
+// beside one being served). One pool per process, of COTENSOR_IO_THREADS threads (default 2),
+// started by the first read; at exit it runs the reads still queued, then stops.
+class read_threads {
+public:
+  struct job {
+    std::shared_ptr<const read_only_file> file;
+    std::string tensor;
+    std::uint64_t offset = 0;
+    std::uint64_t bytes = 0;
+    void* out = nullptr;
+    op_completion done;
+  };
+
+  // Throws std::invalid_argument for a bad COTENSOR_IO_THREADS, std::system_error if no thread
+  // can start; the read's op fails with it, and the next read tries again.
+  static read_threads& instance() {
+    static read_threads pool;
+    return pool;
+  }
+
+  void submit(job j) {
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(std::move(j));
+    }
+    cv_.notify_one();
+  }
+
+  read_threads(const read_threads&) = delete;
+  read_threads& operator=(const read_threads&) = delete;
+  ~read_threads() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) {
+      t.join();
+    }
+  }
+
+private:
+  read_threads() {
+    unsigned n = 2;
+    if (const char* s = std::getenv("COTENSOR_IO_THREADS"); s != nullptr && *s != '\0') {
+      const std::string_view text(s);
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+      if (ec != std::errc{} || end != text.data() + text.size() || n < 1 || n > 64) {
+        throw std::invalid_argument("cotensor: environment variable COTENSOR_IO_THREADS='" +
+                                    std::string(text) + "' is not a number from 1 to 64");
+      }
+    }
+    threads_.reserve(n);
+    try {
+      for (unsigned i = 0; i < n; ++i) {
+        threads_.emplace_back([this] { run(); });
+      }
+    } catch (...) {
+      if (threads_.empty()) {
+        throw;
+      }
+      // Fewer threads than asked: enough to read.
+    }
+  }
+
+  void run() noexcept {
+    for (;;) {
+      job j;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) {
+          return;
+        }
+        j = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        if (j.bytes > 0) {
+          j.file->read_exactly(j.offset, j.out, j.bytes, j.tensor);
+        }
+      } catch (...) {
+        error = std::current_exception();  // io_error, or std::bad_alloc building it
+      }
+      j.file.reset();  // closes the file after its last read, here, not on a backend thread
+      // The engine's part (dependents dispatched, waiters completed) runs here: no user code
+      // runs on this thread (a coroutine resumes on its own executor).
+      j.done.complete_here(std::move(error));
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<job> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
 tensor issue_read(std::shared_ptr<const read_only_file> file,
                   std::string tensor_name,
                   std::uint64_t offset,
@@ -104,16 +218,14 @@ tensor issue_read(std::shared_ptr<const read_only_file> file,
   require_device(file->op(), d);
   auto out = allocate(file->op(), s, device::cpu(), t);
   const std::uint64_t bytes = static_cast<std::uint64_t>(s.numel()) * itemsize(t);
-  // Never run at the call (as a small op may be): a read may block on the disk, and the call
-  // may be on an Asio thread.
+  // The op's start only queues the read for the read threads (it may run at the call, on an
+  // Asio thread: it never blocks); the op ends when the bytes are in.
   auto op = make_op(file->op(), {}, {out});
-  op->runs_user_code = true;
-  op->kernel.emplace(
-      [file = std::move(file), name = std::move(tensor_name), offset, bytes, p = out.get()] {
-        if (bytes > 0) {
-          file->read_exactly(offset, p->raw(), bytes, name);
-        }
-      });
+  op->kernel.emplace_async([file = std::move(file), name = std::move(tensor_name), offset, bytes,
+                            p = out.get()](op_completion done) mutable {
+    read_threads::instance().submit(
+        {std::move(file), std::move(name), offset, bytes, p->raw(), std::move(done)});
+  });
   current_engine().push(std::move(op));
   tensor host(std::move(out), s);
   return d.is_cpu() ? host : host.to(d);
