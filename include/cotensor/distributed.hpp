@@ -50,7 +50,9 @@ public:
   /// selects the Rabenseifner algorithm for non-blocking all-reduce unless the user chose one
   /// or COTENSOR_DIST_TUNE=0 (docs/distributed.md). Throws
   /// std::system_error if MPI cannot be initialised or provides less than
-  /// MPI_THREAD_SERIALIZED.
+  /// MPI_THREAD_SERIALIZED, and std::invalid_argument, naming the variable, for a malformed
+  /// COTENSOR_DIST_TIMEOUT_S, COTENSOR_DIST_FUSION_BYTES or COTENSOR_DIST_FUSION_CYCLE_US
+  /// (then before MPI is initialised).
   static communicator world();
 
   /// This process's rank in the group, in [0, size()).

@@ -141,6 +141,31 @@ tensor flags(int r, std::size_t n) {
 
 TEST_SUITE("distributed") {
 
+  // Run alone by the ctest distributed.bad_environment (with COTENSOR_DIST_TIMEOUT_S=5s), without
+  // mpirun: world() must refuse each malformed variable before it initialises MPI.
+  TEST_CASE("a malformed COTENSOR_DIST_* variable is refused by world() and named" *
+            doctest::skip()) {
+    REQUIRE(std::getenv("COTENSOR_DIST_TIMEOUT_S") != nullptr);
+    CHECK_THROWS_WITH_AS(dist::communicator::world(),
+                         "cotensor::dist: environment variable COTENSOR_DIST_TIMEOUT_S='5s' is "
+                         "not a positive number of seconds",
+                         std::invalid_argument);
+    // Nothing was initialised: the next call reads the environment again. (No other thread
+    // of this process reads it.)
+    REQUIRE(::setenv("COTENSOR_DIST_TIMEOUT_S", "5", 1) == 0);
+    REQUIRE(::setenv("COTENSOR_DIST_FUSION_BYTES", "64k", 1) == 0);
+    CHECK_THROWS_WITH_AS(dist::communicator::world(),
+                         "cotensor::dist: environment variable COTENSOR_DIST_FUSION_BYTES='64k' "
+                         "is not a non-negative integer",
+                         std::invalid_argument);
+    REQUIRE(::setenv("COTENSOR_DIST_FUSION_BYTES", "65536", 1) == 0);
+    REQUIRE(::setenv("COTENSOR_DIST_FUSION_CYCLE_US", "-1", 1) == 0);
+    CHECK_THROWS_WITH_AS(dist::communicator::world(),
+                         "cotensor::dist: environment variable COTENSOR_DIST_FUSION_CYCLE_US='-1' "
+                         "is not a non-negative integer",
+                         std::invalid_argument);
+  }
+
   TEST_CASE("every collective matches a sequential computation" * doctest::timeout(60)) {
     const auto c = d::communicator::world();
     const int n = c.size();
