@@ -1,6 +1,7 @@
 #include <cotensor/cotensor.hpp>
 #include <cotensor/io.hpp>
 
+#include "io/file.hpp"
 #include "support/run.hpp"
 
 #include <doctest/doctest.h>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <future>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -418,14 +420,11 @@ TEST_SUITE("io") {
     temp_dir dir;
     const fs::path p = dir / "t.safetensors";
     save_safetensors(p, {{"w", ones(shape{64})}});
-    // One worker, held by a gated op: the read waits behind it while the file shrinks.
-    runtime rt({.worker_threads = 1});
-    std::promise<void> open;
-    const tensor held = hold_the_worker(open.get_future().share());
+    // The read threads held: the read waits while the file shrinks.
+    auto held = std::make_unique<detail::io::hold_reads>();
     const auto file = load_safetensors(p);
     fs::resize_file(p, 100);
-    open.set_value();
-    held.wait();
+    held.reset();
     check_io_error([&] { file.at("w").wait(); }, p, "w", "changed size");
     // What is computed from it fails too.
     check_io_error([&] { (void)(file.at("w") + 1.0F).to_vector(); }, p, "w", "changed size");

@@ -128,6 +128,19 @@ public:
     return pool;
   }
 
+  // hold_reads: while held, no read starts.
+  void hold() {
+    std::lock_guard lock(mu_);
+    ++held_;
+  }
+  void release() {
+    {
+      std::lock_guard lock(mu_);
+      --held_;
+    }
+    cv_.notify_all();
+  }
+
   void submit(job j) {
     {
       std::lock_guard lock(mu_);
@@ -178,7 +191,7 @@ private:
       job j;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        cv_.wait(lock, [this] { return stopping_ || (!queue_.empty() && held_ == 0); });
         if (queue_.empty()) {
           return;
         }
@@ -204,10 +217,14 @@ private:
   std::condition_variable cv_;
   std::deque<job> queue_;
   bool stopping_ = false;
+  unsigned held_ = 0;
   std::vector<std::thread> threads_;
 };
 
 }  // namespace
+
+hold_reads::hold_reads() { read_threads::instance().hold(); }
+hold_reads::~hold_reads() { read_threads::instance().release(); }
 
 tensor issue_read(std::shared_ptr<const read_only_file> file,
                   std::string tensor_name,

@@ -46,14 +46,24 @@ private:
   std::uint64_t size_ = 0;
 };
 
-/// A tensor of shape `s` and dtype `t` on `d` whose bytes an op on the CPU backend reads from
-/// `file` at `offset` (then copies to `d` if it is not the CPU). Returns at once.
+/// A tensor of shape `s` and dtype `t` on `d` whose bytes an op reads from `file` at `offset`
+/// on the read threads (then copies to `d` if it is not the CPU). Returns at once.
 tensor issue_read(std::shared_ptr<const read_only_file> file,
                   std::string tensor_name,
                   std::uint64_t offset,
                   const shape& s,
                   dtype t,
                   device d);
+
+/// For tests: while one lives, the read threads start no read (queued ones wait; at exit they
+/// run regardless). Starts the read threads.
+class hold_reads {
+public:
+  hold_reads();
+  hold_reads(const hold_reads&) = delete;
+  hold_reads& operator=(const hold_reads&) = delete;
+  ~hold_reads();
+};
 
 /// The bytes of `t` on the host, after waiting for it (a GPU tensor is copied first).
 std::string host_bytes(const tensor& t, const char* op);
