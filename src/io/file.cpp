@@ -109,7 +109,7 @@ namespace {
 // The threads that read tensors' bytes: a read may block on the disk for milliseconds, and a
 // backend worker blocked there would hold back every op queued behind it (a model loading
 // beside one being served). One pool per process, of COTENSOR_IO_THREADS threads (default 2),
-// started by the first read; at exit it runs the reads still queued, then stops.
+// started by the first read; it lives until the process ends.
 class read_threads {
 public:
   struct job {
@@ -123,9 +123,11 @@ public:
 
   // Throws std::invalid_argument for a bad COTENSOR_IO_THREADS, std::system_error if no thread
   // can start; the read's op fails with it, and the next read tries again.
+  // Never destroyed: a runtime destroyed at exit after it (the default one is created first)
+  // still waits for reads that it queues.
   static read_threads& instance() {
-    static read_threads pool;
-    return pool;
+    static read_threads* const pool = new read_threads;
+    return *pool;
   }
 
   // hold_reads: while held, no read starts.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Slurm on the test hosts of hosts.sh: a cluster whose controller (slurmctld) runs in
 # cotensor-h0 and whose nodes h0 .. h<N-1> each run a slurmd in their own host, with its own
-# hostname (a UTS namespace), its own /tmp and the machine's cgroup v1 hierarchies (ip netns
+# hostname (a UTS namespace), its own TmpFS (PMIx's files) and the machine's cgroup hierarchies (ip netns
 # exec remounts /sys). `srun` then starts jobs across them as on a cluster: MPI through PMIx
 # (--mpi=pmix), its traffic over TCP on the test hosts' subnet. Authentication is a munged of
 # its own, on its own socket. Everything it writes is under /run/cotensor-slurm.
@@ -107,6 +107,7 @@ StateSaveLocation=$state/ctld
 SlurmctldLogFile=$state/slurmctld.log
 SlurmdLogFile=$state/slurmd-%n.log
 JobAcctGatherType=jobacct_gather/none
+TmpFS=$state/tmp-%n
 $nodes
 PartitionName=hosts Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
@@ -132,7 +133,6 @@ if [ -n "$v1" ]; then
 else
   mount -t cgroup2 cgroup2 /sys/fs/cgroup
 fi
-mount -t tmpfs tmpfs /tmp
 exec "$@"
 EOF
   mkdir -p "$state/ctld"
@@ -142,7 +142,7 @@ EOF
   ip netns exec "${ns_prefix}0" unshare --uts sh "$state/node.sh" h0 /usr/sbin/slurmctld 9>&- ||
     die "slurmctld did not start ($state/slurmctld.log)"
   for ((i = 0; i < n; ++i)); do
-    mkdir -p "$state/spool-h$i"
+    mkdir -p "$state/spool-h$i" "$state/tmp-h$i"
     ip netns exec "$ns_prefix$i" unshare --uts sh "$state/node.sh" "h$i" /usr/sbin/slurmd 9>&- ||
       die "slurmd on h$i did not start ($state/slurmd-h$i.log)"
   done
@@ -215,6 +215,8 @@ case $command in
     n=$1
     shift
     trap down EXIT
+    trap 'exit 143' TERM HUP
+    trap 'exit 130' INT
     up "$n"
     run "$@"
     ;;
