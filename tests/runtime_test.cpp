@@ -280,15 +280,32 @@ TEST_SUITE("runtime") {
     CHECK(runtime_options::from_environment().wait_spin == std::chrono::microseconds(0));
     {
       env_var spin("COTENSOR_WAIT_SPIN_US", "-5");
-      CHECK_THROWS_AS(runtime_options::from_environment(), std::invalid_argument);
+      CHECK_THROWS_WITH_AS(runtime_options::from_environment(),
+                           "cotensor: environment variable COTENSOR_WAIT_SPIN_US='-5' is not an "
+                           "integer from 0 to 4294967295",
+                           std::invalid_argument);
     }
     {
       env_var limit("COTENSOR_MAX_IN_FLIGHT", "lots");
+      CHECK_THROWS_WITH_AS(runtime_options::from_environment(),
+                           "cotensor: environment variable COTENSOR_MAX_IN_FLIGHT='lots' is not a "
+                           "non-negative integer",
+                           std::invalid_argument);
+    }
+    {
+      env_var threads("COTENSOR_NUM_THREADS", "99999999999");  // does not fit an unsigned
       CHECK_THROWS_AS(runtime_options::from_environment(), std::invalid_argument);
     }
     {
+      env_var threads("COTENSOR_NUM_THREADS", "");  // empty reads as unset
+      CHECK(runtime_options::from_environment().worker_threads == runtime_options{}.worker_threads);
+    }
+    {
       env_var engine("COTENSOR_ENGINE", "turbo");
-      CHECK_THROWS_AS(runtime_options::from_environment(), std::invalid_argument);
+      CHECK_THROWS_WITH_AS(runtime_options::from_environment(),
+                           "cotensor: environment variable COTENSOR_ENGINE='turbo' is not "
+                           "'threaded' or 'naive'",
+                           std::invalid_argument);
     }
     CHECK_FALSE(runtime_options::from_environment().synchronous);
   }

@@ -64,7 +64,8 @@ struct runtime_options {
   /// `threaded`, `COTENSOR_NUM_THREADS=N`, `COTENSOR_MAX_IN_FLIGHT=N` (0: unbounded),
   /// `COTENSOR_MAX_IN_FLIGHT_BYTES=N` (0: unbounded), `COTENSOR_INLINE_SMALL_OPS=0|1`,
   /// `COTENSOR_ALLOW_TF32=0|1`, `COTENSOR_WAIT_SPIN_US=N`.
-  /// Throws std::invalid_argument for a malformed value.
+  /// An empty variable counts as unset. Throws std::invalid_argument, naming the variable and its
+  /// value, for a malformed one (not a whole number, or too large for its field).
   static runtime_options from_environment();
 };
 

@@ -3,13 +3,11 @@
 #include "cotensor/distributed.hpp"
 
 #include "distributed/comm_state.hpp"
+#include "environment.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -37,25 +35,6 @@ public:
 
 // The environment's settings, refused with std::invalid_argument naming the variable when
 // malformed (a typo must not fall back to a default silently), before MPI is initialised.
-[[noreturn]] void bad_variable(const char* name, const char* value, const char* what) {
-  throw std::invalid_argument(std::string("cotensor::dist: environment variable ") + name + "='" +
-                              value + "' is not " + what);
-}
-
-std::optional<std::uint64_t> count_from_env(const char* name) {
-  const char* s = std::getenv(name);
-  if (s == nullptr || *s == '\0') {
-    return std::nullopt;
-  }
-  std::uint64_t value = 0;
-  const char* end = s + std::strlen(s);
-  const auto [at, ec] = std::from_chars(s, end, value);
-  if (ec != std::errc{} || at != end) {
-    bad_variable(name, s, "a non-negative integer");
-  }
-  return value;
-}
-
 clock::duration timeout_from_env() {
   const char* s = std::getenv("COTENSOR_DIST_TIMEOUT_S");
   if (s == nullptr || *s == '\0') {
@@ -65,22 +44,22 @@ clock::duration timeout_from_env() {
   const double seconds = std::strtod(s, &end);
   // At most ten years: a clock::duration (nanoseconds) holds it.
   if (end == s || *end != '\0' || !(seconds > 0) || seconds > 3.2e8) {
-    bad_variable("COTENSOR_DIST_TIMEOUT_S", s, "a positive number of seconds");
+    ::cotensor::detail::bad_environment_variable("COTENSOR_DIST_TIMEOUT_S", s,
+                                                 "a positive number of seconds");
   }
   return std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 std::size_t fusion_bytes_from_env() {
-  const auto bytes = count_from_env("COTENSOR_DIST_FUSION_BYTES").value_or(0);
+  const auto bytes =
+      ::cotensor::detail::whole_number_from_environment("COTENSOR_DIST_FUSION_BYTES").value_or(0);
   return static_cast<std::size_t>(std::min<std::uint64_t>(bytes, std::uint64_t{1} << 30));
 }
 
 clock::duration fusion_cycle_from_env() {
-  const auto us = count_from_env("COTENSOR_DIST_FUSION_CYCLE_US").value_or(200);
-  if (us > 10'000'000) {
-    bad_variable("COTENSOR_DIST_FUSION_CYCLE_US", std::getenv("COTENSOR_DIST_FUSION_CYCLE_US"),
-                 "at most 10000000 (10 s)");
-  }
+  const auto us = ::cotensor::detail::whole_number_from_environment("COTENSOR_DIST_FUSION_CYCLE_US",
+                                                                    0, 10'000'000)  // at most 10 s
+                      .value_or(200);
   return std::chrono::microseconds(us);
 }
 

@@ -4,11 +4,13 @@
 
 #include "engine/engine.hpp"
 #include "engine/recorder.hpp"
+#include "environment.hpp"
 
 #include <atomic>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -18,15 +20,12 @@ namespace {
 
 std::atomic<runtime*> installed{nullptr};
 
+// The variable's value as a T, std::nullopt when unset or empty; throws std::invalid_argument
+// naming it when it is not a whole number that fits a T.
 template <class T>
-T parse_number(const char* name, std::string_view text) {
-  T value{};
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size()) {
-    throw std::invalid_argument(std::string("cotensor: environment variable ") + name + "='" +
-                                std::string(text) + "' is not a non-negative integer");
-  }
-  return value;
+std::optional<T> number_from_environment(const char* name) {
+  const auto v = detail::whole_number_from_environment(name, 0, std::numeric_limits<T>::max());
+  return v ? std::optional<T>(static_cast<T>(*v)) : std::nullopt;
 }
 
 }  // namespace
@@ -38,28 +37,26 @@ runtime_options runtime_options::from_environment() {
     if (v == "naive" || v == "synchronous") {
       options.synchronous = true;
     } else if (v != "threaded" && !v.empty()) {
-      throw std::invalid_argument("cotensor: COTENSOR_ENGINE='" + std::string(v) +
-                                  "' (expected 'threaded' or 'naive')");
+      detail::bad_environment_variable("COTENSOR_ENGINE", v, "'threaded' or 'naive'");
     }
   }
-  if (const char* threads = std::getenv("COTENSOR_NUM_THREADS")) {
-    options.worker_threads = parse_number<unsigned>("COTENSOR_NUM_THREADS", threads);
+  if (const auto threads = number_from_environment<unsigned>("COTENSOR_NUM_THREADS")) {
+    options.worker_threads = *threads;
   }
-  if (const char* small = std::getenv("COTENSOR_INLINE_SMALL_OPS")) {
-    options.inline_small_ops = parse_number<unsigned>("COTENSOR_INLINE_SMALL_OPS", small) != 0;
+  if (const auto small = number_from_environment<unsigned>("COTENSOR_INLINE_SMALL_OPS")) {
+    options.inline_small_ops = *small != 0;
   }
-  if (const char* spin = std::getenv("COTENSOR_WAIT_SPIN_US")) {
-    options.wait_spin =
-        std::chrono::microseconds(parse_number<unsigned>("COTENSOR_WAIT_SPIN_US", spin));
+  if (const auto spin = number_from_environment<unsigned>("COTENSOR_WAIT_SPIN_US")) {
+    options.wait_spin = std::chrono::microseconds(*spin);
   }
-  if (const char* tf32 = std::getenv("COTENSOR_ALLOW_TF32")) {
-    options.allow_tf32 = parse_number<unsigned>("COTENSOR_ALLOW_TF32", tf32) != 0;
+  if (const auto tf32 = number_from_environment<unsigned>("COTENSOR_ALLOW_TF32")) {
+    options.allow_tf32 = *tf32 != 0;
   }
-  if (const char* limit = std::getenv("COTENSOR_MAX_IN_FLIGHT")) {
-    options.max_in_flight = parse_number<std::size_t>("COTENSOR_MAX_IN_FLIGHT", limit);
+  if (const auto limit = number_from_environment<std::size_t>("COTENSOR_MAX_IN_FLIGHT")) {
+    options.max_in_flight = *limit;
   }
-  if (const char* bytes = std::getenv("COTENSOR_MAX_IN_FLIGHT_BYTES")) {
-    options.max_in_flight_bytes = parse_number<std::size_t>("COTENSOR_MAX_IN_FLIGHT_BYTES", bytes);
+  if (const auto bytes = number_from_environment<std::size_t>("COTENSOR_MAX_IN_FLIGHT_BYTES")) {
+    options.max_in_flight_bytes = *bytes;
   }
   return options;
 }

@@ -1,12 +1,11 @@
 #include "io/file.hpp"
 
 #include "engine/engine.hpp"
+#include "environment.hpp"
 #include "frontend.hpp"
 
 #include <cerrno>
-#include <charconv>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <fcntl.h>
@@ -153,28 +152,11 @@ public:
 
   read_threads(const read_threads&) = delete;
   read_threads& operator=(const read_threads&) = delete;
-  ~read_threads() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) {
-      t.join();
-    }
-  }
 
 private:
   read_threads() {
-    unsigned n = 2;
-    if (const char* s = std::getenv("COTENSOR_IO_THREADS"); s != nullptr && *s != '\0') {
-      const std::string_view text(s);
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-      if (ec != std::errc{} || end != text.data() + text.size() || n < 1 || n > 64) {
-        throw std::invalid_argument("cotensor: environment variable COTENSOR_IO_THREADS='" +
-                                    std::string(text) + "' is not a number from 1 to 64");
-      }
-    }
+    const auto n = static_cast<unsigned>(
+        whole_number_from_environment("COTENSOR_IO_THREADS", 1, 64).value_or(2));
     threads_.reserve(n);
     try {
       for (unsigned i = 0; i < n; ++i) {
@@ -193,10 +175,7 @@ private:
       job j;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return stopping_ || (!queue_.empty() && held_ == 0); });
-        if (queue_.empty()) {
-          return;
-        }
+        cv_.wait(lock, [this] { return !queue_.empty() && held_ == 0; });
         j = std::move(queue_.front());
         queue_.pop_front();
       }
@@ -218,7 +197,6 @@ private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<job> queue_;
-  bool stopping_ = false;
   unsigned held_ = 0;
   std::vector<std::thread> threads_;
 };

@@ -1,0 +1,39 @@
+#include "environment.hpp"
+
+#include <charconv>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace cotensor::detail {
+
+void bad_environment_variable(const char* name, std::string_view value, std::string_view expected) {
+  std::string message = "cotensor: environment variable ";
+  message += name;
+  message += "='";
+  message += value;
+  message += "' is not ";
+  message += expected;
+  throw std::invalid_argument(message);
+}
+
+std::optional<std::uint64_t>
+whole_number_from_environment(const char* name, std::uint64_t min, std::uint64_t max) {
+  const char* s = std::getenv(name);
+  if (s == nullptr || *s == '\0') {
+    return std::nullopt;
+  }
+  const std::string_view text(s);
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size() || value < min || value > max) {
+    if (min == 0 && max == std::numeric_limits<std::uint64_t>::max()) {
+      bad_environment_variable(name, text, "a non-negative integer");
+    }
+    bad_environment_variable(
+        name, text, "an integer from " + std::to_string(min) + " to " + std::to_string(max));
+  }
+  return value;
+}
+
+}  // namespace cotensor::detail
