@@ -7,6 +7,20 @@
 
 namespace cotensor::detail {
 
+std::shared_mutex& environment_mutex() noexcept {
+  static std::shared_mutex m;
+  return m;
+}
+
+std::optional<std::string> environment_variable(const char* name) {
+  const std::shared_lock lock(environment_mutex());
+  const char* value = std::getenv(name);
+  if (value == nullptr) {
+    return std::nullopt;
+  }
+  return std::string(value);
+}
+
 void bad_environment_variable(const char* name, std::string_view value, std::string_view expected) {
   std::string message = "cotensor: environment variable ";
   message += name;
@@ -19,11 +33,11 @@ void bad_environment_variable(const char* name, std::string_view value, std::str
 
 std::optional<std::uint64_t>
 whole_number_from_environment(const char* name, std::uint64_t min, std::uint64_t max) {
-  const char* s = std::getenv(name);
-  if (s == nullptr || *s == '\0') {
+  const auto s = environment_variable(name);
+  if (!s || s->empty()) {
     return std::nullopt;
   }
-  const std::string_view text(s);
+  const std::string_view text(*s);
   std::uint64_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc{} || end != text.data() + text.size() || value < min || value > max) {

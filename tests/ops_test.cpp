@@ -3,18 +3,24 @@
 #include <cotensor/cotensor.hpp>
 
 #include "cpu/openblas.hpp"
+#include "environment.hpp"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <shared_mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace cotensor;
@@ -200,6 +206,44 @@ TEST_SUITE("ops") {
       CHECK(!blas.num_threads_set);
       CHECK(std::string(std::getenv("OPENBLAS_NUM_THREADS")) == user_choice);
     }
+  }
+
+  TEST_CASE("the first GEMM opens OpenBLAS only while no thread of cotensor reads the "
+            "environment" *
+            doctest::timeout(20)) {
+    // OpenBLAS opens with variables set for the dlopen (setenv), under an exclusive lock of the
+    // environment mutex; a thread of cotensor that reads the environment holds it shared. Run
+    // alone (ctest runs each case in a process of its own), the first GEMM is this one.
+    const auto mapped = [] {
+      std::ifstream maps("/proc/self/maps");
+      std::string line;
+      while (std::getline(maps, line)) {
+        if (line.find("libopenblas") != std::string::npos) {
+          return true;
+        }
+      }
+      return false;
+    };
+    const bool opened_before = mapped();
+    runtime rt({.worker_threads = 1, .inline_small_ops = false});
+    std::shared_lock reading(detail::environment_mutex());
+    const tensor product = matmul(full({2, 2}, 1.0F), full({2, 2}, 3.0F));
+    std::atomic<bool> done{false};
+    std::thread waiter([&] {
+      product.wait();
+      done = true;
+    });
+    if (opened_before) {
+      MESSAGE("OpenBLAS was opened by an earlier case: run this case alone to test the lock");
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      CHECK_FALSE(done.load());  // the worker waits for the lock to open OpenBLAS
+    }
+    reading.unlock();
+    waiter.join();
+    CHECK(done.load());
+    CHECK(mapped());
+    CHECK(product.to_vector() == std::vector<float>{6, 6, 6, 6});
   }
 
   TEST_CASE("matmuls on both workers at once are all exact (the BLAS is safe to call from two "

@@ -1,10 +1,12 @@
 #include "cpu/openblas.hpp"
 
 #include "dynamic_symbol.hpp"
+#include "environment.hpp"
 
 #include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
+#include <shared_mutex>
 #include <stdexcept>
 
 namespace cotensor::detail::cpu {
@@ -42,6 +44,8 @@ openblas_library open_openblas() {
   void* handle = nullptr;
   openblas_library lib;
   {
+    // Exclusive: no thread of cotensor reads the environment while it changes (environment.hpp).
+    const std::lock_guard environment(environment_mutex());
     // OpenBLAS reads both in its constructor: the kernels, and how many threads its pool gets.
     // cotensor calls it from one worker per tile, so a pool would only spin (its thread polls
     // for 2^28 cycles, ~0.13 s of CPU, after the load) and sleep.

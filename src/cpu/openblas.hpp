@@ -14,10 +14,12 @@
 // the pool's thread would spin ~0.13 s of CPU after the load). A user's own variables are left
 // alone, and a process that already has OpenBLAS loaded keeps the kernels it chose.
 //
-// The variables are set for the ~1.5 ms of the dlopen, on the thread that runs the first GEMM:
-// a thread of the program that calls setenv, unsetenv or putenv at that moment races with it
-// (glibc's environment is not safe to change from two threads at once). A program that sets
-// both variables itself, before it starts threads, changes nothing and runs no such risk.
+// The variables are set for the ~1.5 ms of the dlopen, on the thread that runs the first GEMM,
+// under an exclusive lock of environment_mutex() (environment.hpp): cotensor's own threads
+// neither read the environment nor start MPI, NCCL or a CUDA library meanwhile. A thread of the
+// program that calls getenv, setenv, unsetenv or putenv at that moment races with it (glibc's
+// setenv may free the array a concurrent getenv walks). A program that sets both variables
+// itself, before it starts threads, changes nothing and runs no such risk.
 
 #include <cblas.h>
 

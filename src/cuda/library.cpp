@@ -1,10 +1,16 @@
 #include "cuda/library.hpp"
 
+#include "environment.hpp"
+
 #include <cstdlib>
+#include <mutex>
+#include <shared_mutex>
 
 namespace cotensor::detail::cuda {
 
 void* open_toolkit_library(const char* soname, const char* dir_variable, std::string& error) {
+  // The library's constructors may read the environment.
+  const std::shared_lock environment(environment_mutex());
   std::string tried;
   auto attempt = [&](const std::string& path, const std::string& where) -> void* {
     void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -14,7 +20,7 @@ void* open_toolkit_library(const char* soname, const char* dir_variable, std::st
     }
     return h;
   };
-  const char* dir = dir_variable != nullptr ? std::getenv(dir_variable) : nullptr;
+  const char* dir = dir_variable != nullptr ? std::getenv(dir_variable) : nullptr;  // locked
   void* h = nullptr;
   if (dir != nullptr && *dir != '\0') {
     // Named by the user: the only place looked, so that no other copy is taken silently.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <shared_mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -36,15 +37,15 @@ public:
 // The environment's settings, refused with std::invalid_argument naming the variable when
 // malformed (a typo must not fall back to a default silently), before MPI is initialised.
 clock::duration timeout_from_env() {
-  const char* s = std::getenv("COTENSOR_DIST_TIMEOUT_S");
-  if (s == nullptr || *s == '\0') {
+  const auto s = ::cotensor::detail::environment_variable("COTENSOR_DIST_TIMEOUT_S");
+  if (!s || s->empty()) {
     return std::chrono::seconds(300);
   }
   char* end = nullptr;
-  const double seconds = std::strtod(s, &end);
+  const double seconds = std::strtod(s->c_str(), &end);
   // At most ten years: a clock::duration (nanoseconds) holds it.
-  if (end == s || *end != '\0' || !(seconds > 0) || seconds > 3.2e8) {
-    ::cotensor::detail::bad_environment_variable("COTENSOR_DIST_TIMEOUT_S", s,
+  if (end == s->c_str() || *end != '\0' || !(seconds > 0) || seconds > 3.2e8) {
+    ::cotensor::detail::bad_environment_variable("COTENSOR_DIST_TIMEOUT_S", *s,
                                                  "a positive number of seconds");
   }
   return std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
@@ -64,8 +65,7 @@ clock::duration fusion_cycle_from_env() {
 }
 
 bool tune_from_env() {
-  const char* s = std::getenv("COTENSOR_DIST_TUNE");
-  return s == nullptr || std::string(s) != "0";
+  return ::cotensor::detail::environment_variable("COTENSOR_DIST_TUNE").value_or("") != "0";
 }
 
 // Open MPI 4.1's non-blocking all-reduce (coll/libnbc) picks a binomial tree (a reduce, then a
@@ -99,8 +99,8 @@ void prefer_rabenseifner_all_reduce() {
 }
 
 bool check_from_env() {
-  const char* s = std::getenv("COTENSOR_DIST_CHECK");
-  return s != nullptr && *s != '\0' && std::string(s) != "0";
+  const auto s = ::cotensor::detail::environment_variable("COTENSOR_DIST_CHECK").value_or("");
+  return !s.empty() && s != "0";
 }
 
 /// The process's MPI: the world's state and the splits, stopped at exit (splits first, then
@@ -116,6 +116,8 @@ public:
       MPI_Initialized(&initialized);
       int provided = MPI_THREAD_SINGLE;
       if (initialized == 0) {
+        // Open MPI reads its settings from the environment as it starts.
+        const std::shared_lock environment(::cotensor::detail::environment_mutex());
         const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
         if (rc != MPI_SUCCESS) {
           throw std::system_error(rc, mpi_category(), "cotensor::dist: MPI_Init_thread");

@@ -9,6 +9,7 @@
 #include "cuda/device_context.hpp"
 #include "cuda/library.hpp"
 #include "engine/engine.hpp"
+#include "environment.hpp"
 #include "frontend.hpp"
 
 #include <condition_variable>
@@ -20,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <nccl.h>
+#include <shared_mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -498,7 +500,11 @@ std::shared_ptr<gpu_comm> make_gpu_comm(comm_state& c, device d) {
   }
   const cotensor::detail::cuda::device_guard guard(d.index);
   ncclComm_t comm = nullptr;
-  check(api.comm_init_rank(&comm, c.size(), message->id, c.rank()), "ncclCommInitRank");
+  {
+    // NCCL reads its settings (NCCL_*) from the environment as a communicator starts.
+    const std::shared_lock environment(cotensor::detail::environment_mutex());
+    check(api.comm_init_rank(&comm, c.size(), message->id, c.rank()), "ncclCommInitRank");
+  }
   cudaStream_t stream = nullptr;
   try {
     COTENSOR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -4,8 +4,8 @@
 
 #include "engine/observer.hpp"
 #include "engine/op_node.hpp"
+#include "environment.hpp"
 
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 
@@ -33,7 +33,7 @@ void observe_with_nvtx_if_profiled() {
   static std::once_flag once;
   std::call_once(once, [] {
     // Nsight Systems (or another NVTX tool) announces itself through this variable.
-    if (std::getenv("NVTX_INJECTION64_PATH") == nullptr) {
+    if (!environment_variable("NVTX_INJECTION64_PATH")) {
       return;
     }
     // NVTX loads its tool on its first call, with a double-checked flag that is not atomic;

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace cotensor {
 namespace {
@@ -32,8 +33,8 @@ std::optional<T> number_from_environment(const char* name) {
 
 runtime_options runtime_options::from_environment() {
   runtime_options options;
-  if (const char* engine = std::getenv("COTENSOR_ENGINE")) {
-    const std::string_view v = engine;
+  if (const auto engine = detail::environment_variable("COTENSOR_ENGINE")) {
+    const std::string_view v = *engine;
     if (v == "naive" || v == "synchronous") {
       options.synchronous = true;
     } else if (v != "threaded" && !v.empty()) {
@@ -75,8 +76,8 @@ runtime::runtime(default_tag /*tag*/, runtime_options options)
 
 // COTENSOR_TRACE=<file>: record every runtime's ops from its start, saved when it ends.
 void runtime::trace_from_environment() {
-  if (const char* path = std::getenv("COTENSOR_TRACE"); path != nullptr && *path != '\0') {
-    trace_path_ = path;
+  if (auto path = detail::environment_variable("COTENSOR_TRACE"); path && !path->empty()) {
+    trace_path_ = std::move(*path);
     detail::start_recording(*engine_);
   }
 }
