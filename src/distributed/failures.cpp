@@ -1,15 +1,19 @@
-// The stall probe of a communicator (comm_state.hpp): while an op is overdue, the
-// communication threads ask each other how many collectives they have started, on a duplicate
-// of the group's MPI communicator, so that a timeout's error names the peers that stopped
-// answering. Everything here runs on the communication thread.
+// How a communicator fails (comm_state.hpp): an op past its deadline (check_timeouts) breaks it
+// and fails every op in flight (mark_broken, break_all); before that, while an op is overdue,
+// the stall probe lets the communication threads ask each other how many collectives they have
+// started, on a duplicate of the group's MPI communicator, so that a timeout's error names the
+// peers that stopped answering. Everything here runs on the communication thread, but
+// mark_broken, which the NCCL watchdog calls too.
 
 #include "distributed/comm_state.hpp"
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <iterator>
 #include <sstream>
+#include <string>
+#include <system_error>
+#include <thread>
 #include <unistd.h>
 
 namespace cotensor::dist::detail {
@@ -21,6 +25,11 @@ namespace {
 // {collectives started, 0}.
 constexpr int probe_ping = 1;
 constexpr int probe_pong = 2;
+
+std::exception_ptr timed_out(const std::string& what) {
+  return std::make_exception_ptr(
+      std::system_error(std::make_error_code(std::errc::timed_out), what));
+}
 
 }  // namespace
 
@@ -158,6 +167,74 @@ std::string comm_state::stall_report(const request& r) const {
     }
   }
   return report.str();
+}
+
+void comm_state::check_timeouts() {
+  if (in_flight_.empty()) {
+    return;
+  }
+  const auto now = clock::now();
+  const auto timeout = clock::duration(timeout_.load());
+  for (const auto& r : in_flight_) {
+    if (now > r->deadline) {
+      std::ostringstream what;
+      what << "cotensor::dist::" << kind_name(r->kind) << ": not complete after "
+           << std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count() << " ms ("
+           << (r->checking ? "MPI_Iallgather (check)" : r->call);
+      if (is_collective(r->kind)) {
+        what << ", collective #" << r->coll_seq;
+      }
+      if (!r->members.empty()) {
+        what << " and the " << r->members.size() - 1 << " fused with it";
+      }
+      what << ", rank " << rank_ << " of " << size_ << ")" << stall_report(*r)
+           << "; the communicator is broken";
+      break_all(mark_broken(timed_out(what.str())));
+      return;
+    }
+  }
+  // The oldest op overdue: ask the peers how far they have got (again every quarter timeout).
+  const auto& oldest =
+      *std::min_element(in_flight_.begin(), in_flight_.end(),
+                        [](const auto& a, const auto& b) { return a->started < b->started; });
+  if (probe_comm_ != MPI_COMM_NULL && now - oldest->started >= timeout / 2 &&
+      now - pinged_at_ >= timeout / 4) {
+    ping_peers(now);
+  }
+}
+
+std::exception_ptr comm_state::mark_broken(std::exception_ptr error) noexcept {
+  if (!breaking_.exchange(true, std::memory_order_acq_rel)) {
+    broken_error_ = std::move(error);  // written once, before the flag that publishes it
+    broken_.store(true, std::memory_order_release);
+    return broken_error_;
+  }
+  // Another thread (the NCCL watchdog) is publishing its error: wait for it.
+  while (!broken_.load(std::memory_order_acquire)) {
+    std::this_thread::yield();
+  }
+  return broken_error_;
+}
+
+void comm_state::break_all(std::exception_ptr error) {
+  // Every op in flight fails; MPI keeps their requests (there is no cancelling a collective),
+  // so their buffers stay alive as zombies until MPI completes them, if ever.
+  for (std::size_t i = 0; i < in_flight_.size(); ++i) {
+    auto& r = in_flight_[i];
+    if (r->checking) {
+      checking_ = false;
+      ++next_start_;
+    }
+    if (r->negotiating) {
+      negotiating_ = false;  // its ops, still ready, fail as they start
+    }
+    r->complete(error);
+    zombies_.push_back(std::move(r));
+    zombie_reqs_.push_back(reqs_[i]);
+  }
+  in_flight_.clear();
+  reqs_.clear();
+  // What is ready fails at once as start_ready reaches it (broken() is set).
 }
 
 }  // namespace cotensor::dist::detail
