@@ -1,4 +1,5 @@
-// The v2 REST routes: health, metadata, configuration, inference and metrics.
+// The v2 REST routes: routing, health and inference (the metadata routes are in metadata.cpp,
+// statistics and metrics in statistics.cpp; the state they share in handler_state.hpp).
 
 // GCC 12 pairs the coroutine frame's allocation with Asio's sized operator delete and warns of a
 // mismatch that is not there (GCC bug 109224, fixed in GCC 13).
@@ -7,11 +8,11 @@
 #endif
 
 #include <cotensor/batcher.hpp>
-#include <cotensor/config.hpp>
 #include <cotensor/ops.hpp>
 #include <cotensor/scope.hpp>
 
 #include "element.hpp"
+#include "serving/handler_state.hpp"
 #include "serving/protocol.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -22,264 +23,47 @@
 #include <atomic>
 #include <charconv>
 #include <cstring>
-#include <sstream>
 
 namespace cotensor::serving {
 
-namespace http = boost::beast::http;
-namespace json = boost::json;
-using clock_type = std::chrono::steady_clock;
 constexpr std::string_view header_length_field = "Inference-Header-Content-Length";
 
 namespace detail {
 
-// Counters of one model version, for /metrics and /stats (Triton's names).
-struct model_counters {
-  std::atomic<std::uint64_t> success{0};
-  std::atomic<std::uint64_t> failure{0};
-  std::atomic<std::uint64_t> fail_ns{0};            // from the request's arrival to its failure
-  std::atomic<std::uint64_t> input_ns{0};           // decoding the request, of successful ones
-  std::atomic<std::uint64_t> output_ns{0};          // encoding the response, of successful ones
-  std::atomic<std::uint64_t> last_inference_ms{0};  // of the last success, since the epoch
-  std::atomic<std::uint64_t> inferences{0};         // batch rows inferred
-  std::atomic<std::uint64_t> executions{0};         // forward passes of unbatched requests
-  std::atomic<std::uint64_t> request_ns{0};
-  std::atomic<std::uint64_t> compute_ns{0};   // of unbatched requests
-  std::atomic<std::int64_t> running_rows{0};  // of unbatched requests, bounded as a queue
-};
-
-struct served_model {
-  std::string name;
-  std::int64_t version = 0;
-  std::shared_ptr<const model> m;
-  std::unique_ptr<batcher> batch;  // when the model's requests are batched
-  model_counters counters;
-};
-
-// What /metrics and /stats both report of a model version, from its counters and its
-// batcher's: every forward pass, and the time spent in them and queued for them.
-struct model_totals {
-  std::uint64_t executions = 0;
-  std::uint64_t compute_ns = 0;
-  std::uint64_t queue_ns = 0;
-};
-
-static model_totals totals_of(const served_model& s) {
-  const batcher_stats b = s.batch ? s.batch->stats() : batcher_stats{};
-  return {s.counters.executions + b.batches,
-          s.counters.compute_ns + static_cast<std::uint64_t>(b.compute_time.count()),
-          static_cast<std::uint64_t>(b.queue_time.count())};
+std::unique_ptr<batcher> handler_state::make_batcher(served_model& s) {
+  const auto& c = s.m->config();
+  const auto width = [](const tensor_spec& t) {
+    std::int64_t n = 1;
+    for (const auto e : t.dims) {
+      n *= e;
+    }
+    return n;
+  };
+  const std::int64_t in_width = width(c.inputs.front());
+  const std::int64_t out_width = width(c.outputs.front());
+  std::vector<std::int64_t> in_shape = c.inputs.front().dims;
+  in_shape.insert(in_shape.begin(), 0);
+  auto fn = [m = s.m, in_shape, out_width](const tensor& x) mutable {
+    const std::int64_t rows = x.shape()[0];
+    auto in = in_shape;
+    in[0] = rows;
+    std::vector<tensor> y = m->forward({reshape(x, shape(in))});
+    if (y.size() != 1 || y.front().numel() != rows * out_width) {
+      throw std::runtime_error("model '" + m->config().name + "' returned the wrong outputs");
+    }
+    return reshape(y.front(), {rows, out_width});
+  };
+  batcher_options o;
+  o.max_batch_rows = static_cast<std::size_t>(c.max_batch_size);
+  o.window = c.dynamic_batching->max_queue_delay;
+  o.max_queue_rows = std::max(options_.max_queue_rows, o.max_batch_rows);
+  o.max_running_batches = options_.max_running_batches;
+  o.start_when_idle = true;
+  o.in_dtype = c.inputs.front().datatype;
+  o.in_device = s.m->placement();
+  return std::make_unique<batcher>(executor_, static_cast<std::size_t>(in_width),
+                                   static_cast<std::size_t>(out_width), std::move(fn), o);
 }
-
-class handler_state {
-public:
-  handler_state(asio::any_io_executor ex, const model_repository& repo, handler_options options)
-      : executor_(std::move(ex)), repo_(repo), options_(std::move(options)) {
-    for (const auto& name : repo_.names()) {
-      for (const auto v : repo_.versions(name)) {
-        auto s = std::make_unique<served_model>();
-        s->name = name;
-        s->version = v;
-        s->m = repo_.find(name, v);
-        const auto& c = s->m->config();
-        if (options_.dynamic_batching && c.dynamic_batching && c.max_batch_size > 0 &&
-            c.inputs.size() == 1 && c.outputs.size() == 1) {
-          s->batch = make_batcher(*s);
-        }
-        served_.emplace(std::pair{name, v}, std::move(s));
-      }
-    }
-  }
-
-  ~handler_state() { shutdown(); }
-
-  void shutdown() {
-    ready_ = false;
-    for (auto& [key, s] : served_) {
-      if (s->batch) {
-        s->batch->shutdown();
-      }
-    }
-  }
-
-  asio::awaitable<handler::response> handle(const handler::request& req);
-  std::string metrics() const;
-
-private:
-  using response = handler::response;
-
-  std::unique_ptr<batcher> make_batcher(served_model& s) {
-    const auto& c = s.m->config();
-    const auto width = [](const tensor_spec& t) {
-      std::int64_t n = 1;
-      for (const auto e : t.dims) {
-        n *= e;
-      }
-      return n;
-    };
-    const std::int64_t in_width = width(c.inputs.front());
-    const std::int64_t out_width = width(c.outputs.front());
-    std::vector<std::int64_t> in_shape = c.inputs.front().dims;
-    in_shape.insert(in_shape.begin(), 0);
-    auto fn = [m = s.m, in_shape, out_width](const tensor& x) mutable {
-      const std::int64_t rows = x.shape()[0];
-      auto in = in_shape;
-      in[0] = rows;
-      std::vector<tensor> y = m->forward({reshape(x, shape(in))});
-      if (y.size() != 1 || y.front().numel() != rows * out_width) {
-        throw std::runtime_error("model '" + m->config().name + "' returned the wrong outputs");
-      }
-      return reshape(y.front(), {rows, out_width});
-    };
-    batcher_options o;
-    o.max_batch_rows = static_cast<std::size_t>(c.max_batch_size);
-    o.window = c.dynamic_batching->max_queue_delay;
-    o.max_queue_rows = std::max(options_.max_queue_rows, o.max_batch_rows);
-    o.max_running_batches = options_.max_running_batches;
-    o.start_when_idle = true;
-    o.in_dtype = c.inputs.front().datatype;
-    o.in_device = s.m->placement();
-    return std::make_unique<batcher>(executor_, static_cast<std::size_t>(in_width),
-                                     static_cast<std::size_t>(out_width), std::move(fn), o);
-  }
-
-  served_model* find(std::string_view name, std::int64_t version) {
-    if (version == 0) {
-      const auto v = repo_.versions(name);
-      if (v.empty()) {
-        return nullptr;
-      }
-      version = v.back();
-    }
-    const auto it = served_.find(std::pair{std::string(name), version});
-    return it == served_.end() ? nullptr : it->second.get();
-  }
-
-  response reply(const handler::request& req,
-                 http::status status,
-                 std::string body,
-                 std::string_view type = "application/json") const {
-    response res{status, req.version()};
-    res.set(http::field::content_type, type);
-    res.set(http::field::server, options_.server_name);
-    res.body() = std::move(body);
-    return res;
-  }
-
-  response error(const handler::request& req, http::status status, std::string_view what) const {
-    return reply(req, status, protocol::error_body(what));
-  }
-
-  response wrong_method(const handler::request& req, const char* allow) const {
-    auto res = error(req, http::status::method_not_allowed,
-                     std::string("method not allowed; use ") + allow);
-    res.set(http::field::allow, allow);
-    return res;
-  }
-
-  response server_metadata(const handler::request& req) const {
-    json::object o;
-    o["name"] = options_.server_name;
-    o["version"] = std::to_string(COTENSOR_VERSION_MAJOR) + "." +
-                   std::to_string(COTENSOR_VERSION_MINOR) + "." +
-                   std::to_string(COTENSOR_VERSION_PATCH);
-    o["extensions"] = json::array{"binary_tensor_data", "model_configuration", "statistics"};
-    return reply(req, http::status::ok, json::serialize(o));
-  }
-
-  static json::array spec_list(const std::vector<tensor_spec>& specs, bool batched) {
-    json::array out;
-    for (const auto& s : specs) {
-      json::array shape;
-      if (batched) {
-        shape.emplace_back(-1);
-      }
-      for (const auto e : s.dims) {
-        shape.emplace_back(e);
-      }
-      out.emplace_back(json::object{{"name", s.name},
-                                    {"datatype", protocol::datatype_name(s.datatype)},
-                                    {"shape", std::move(shape)}});
-    }
-    return out;
-  }
-
-  response
-  model_metadata(const handler::request& req, const served_model& s, bool all_versions) const {
-    const auto& c = s.m->config();
-    json::array versions;
-    for (const auto v : all_versions ? repo_.versions(s.name) : std::vector{s.version}) {
-      versions.emplace_back(std::to_string(v));
-    }
-    json::object o;
-    o["name"] = c.name;
-    o["versions"] = std::move(versions);
-    o["platform"] = "cotensor";
-    o["inputs"] = spec_list(c.inputs, c.max_batch_size > 0);
-    o["outputs"] = spec_list(c.outputs, c.max_batch_size > 0);
-    return reply(req, http::status::ok, json::serialize(o));
-  }
-
-  static json::array config_list(const std::vector<tensor_spec>& specs) {
-    json::array out;
-    for (const auto& s : specs) {
-      json::array dims;
-      for (const auto e : s.dims) {
-        dims.emplace_back(e);
-      }
-      out.emplace_back(json::object{{"name", s.name},
-                                    {"data_type", protocol::config_type_name(s.datatype)},
-                                    {"dims", std::move(dims)}});
-    }
-    return out;
-  }
-
-  response model_config_json(const handler::request& req, const served_model& s) const {
-    const auto& c = s.m->config();
-    json::object o;
-    o["name"] = c.name;
-    o["platform"] = "cotensor";
-    o["backend"] = "cotensor";
-    o["max_batch_size"] = c.max_batch_size;
-    o["input"] = config_list(c.inputs);
-    o["output"] = config_list(c.outputs);
-    if (s.batch) {
-      json::array preferred;
-      for (const auto p : c.dynamic_batching->preferred_batch_size) {
-        preferred.emplace_back(p);
-      }
-      o["dynamic_batching"] = json::object{
-          {"max_queue_delay_microseconds", c.dynamic_batching->max_queue_delay.count()},
-          {"preferred_batch_size", std::move(preferred)}};
-    }
-    return reply(req, http::status::ok, json::serialize(o));
-  }
-
-  // Triton's statistics extension: the model versions named (all of them when `name` is
-  // empty, every version of `name` when `version` is 0; the route has found the model).
-  response
-  statistics(const handler::request& req, std::string_view name, std::int64_t version) const;
-
-  asio::awaitable<response> infer(const handler::request& req, served_model& s);
-  response failure(const handler::request& req,
-                   served_model& s,
-                   const std::exception_ptr& failed,
-                   clock_type::time_point start) const;
-  response success(const handler::request& req,
-                   served_model& s,
-                   const protocol::decoded_request& request,
-                   const std::vector<protocol::computed_output>& outputs,
-                   clock_type::time_point start,
-                   clock_type::time_point decoded) const;
-  static void count_failure(served_model& s, clock_type::time_point start);
-
-  asio::any_io_executor executor_;
-  const model_repository& repo_;
-  handler_options options_;
-  std::atomic<bool> ready_{true};
-  // Built at construction, read-only after: no lock.
-  std::map<std::pair<std::string, std::int64_t>, std::unique_ptr<served_model>> served_;
-};
 
 namespace {
 
@@ -599,119 +383,6 @@ asio::awaitable<handler::response> handler_state::infer(const handler::request& 
     co_return failure(req, s, failed, start);
   }
   co_return success(req, s, request, computed_outputs, start, decoded_at);
-}
-
-handler::response handler_state::statistics(const handler::request& req,
-                                            std::string_view name,
-                                            std::int64_t version) const {
-  const auto duration = [](std::uint64_t count, std::uint64_t nanoseconds) {
-    return json::object{{"count", count}, {"ns", nanoseconds}};
-  };
-  json::array stats;
-  for (const auto& [key, s] : served_) {
-    if ((!name.empty() && s->name != name) || (version != 0 && s->version != version)) {
-      continue;
-    }
-    const auto& c = s->counters;
-    const model_totals t = totals_of(*s);
-    const std::uint64_t ok = c.success;
-    json::object inference{{"success", duration(ok, c.request_ns)},
-                           {"fail", duration(c.failure, c.fail_ns)},
-                           {"queue", duration(ok, t.queue_ns)},
-                           {"compute_input", duration(ok, c.input_ns)},
-                           {"compute_infer", duration(ok, t.compute_ns)},
-                           {"compute_output", duration(ok, c.output_ns)},
-                           {"cache_hit", duration(0, 0)},
-                           {"cache_miss", duration(0, 0)}};
-    stats.push_back(json::object{{"name", s->name},
-                                 {"version", std::to_string(s->version)},
-                                 {"last_inference", c.last_inference_ms.load()},
-                                 {"inference_count", c.inferences.load()},
-                                 {"execution_count", t.executions},
-                                 {"inference_stats", std::move(inference)},
-                                 {"batch_stats", json::array{}}});
-  }
-  return reply(req, http::status::ok, json::serialize(json::object{{"model_stats", stats}}));
-}
-
-std::string handler_state::metrics() const {
-  struct family {
-    const char* name;
-    const char* help;
-  };
-  static constexpr family families[] = {
-      {"nv_inference_request_success", "Number of successful inference requests, all batch sizes"},
-      {"nv_inference_request_failure", "Number of failed inference requests, all batch sizes"},
-      {"nv_inference_count", "Number of inferences performed (a batch of n counts n)"},
-      {"nv_inference_exec_count", "Number of model executions performed (a batch counts once)"},
-      {"nv_inference_request_duration_us",
-       "Cumulative inference request duration in microseconds (successful requests)"},
-      {"nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds"},
-      {"nv_inference_compute_infer_duration_us",
-       "Cumulative compute inference duration in microseconds"},
-  };
-  std::ostringstream os;
-  for (std::size_t f = 0; f < std::size(families); ++f) {
-    os << "# HELP " << families[f].name << " " << families[f].help << "\n# TYPE "
-       << families[f].name << " counter\n";
-    for (const auto& [key, s] : served_) {
-      const auto& c = s->counters;
-      std::uint64_t value = 0;
-      const model_totals t = totals_of(*s);
-      switch (f) {
-      case 0:
-        value = c.success;
-        break;
-      case 1:
-        value = c.failure;
-        break;
-      case 2:
-        value = c.inferences;
-        break;
-      case 3:
-        value = t.executions;
-        break;
-      case 4:
-        value = c.request_ns / 1000;
-        break;
-      case 5:
-        value = t.queue_ns / 1000;
-        break;
-      default:
-        value = t.compute_ns / 1000;
-        break;
-      }
-      os << families[f].name << "{model=\"" << s->name << "\",version=\"" << s->version << "\"} "
-         << value << "\n";
-    }
-  }
-  os << "# HELP cotensor_batch_queue_rows Rows waiting for a batch.\n"
-     << "# TYPE cotensor_batch_queue_rows gauge\n";
-  for (const auto& [key, s] : served_) {
-    if (s->batch) {
-      os << "cotensor_batch_queue_rows{model=\"" << s->name << "\",version=\"" << s->version
-         << "\"} " << s->batch->stats().queue_rows << "\n";
-    }
-  }
-  os << "# HELP cotensor_batch_size Rows per batch.\n# TYPE cotensor_batch_size histogram\n";
-  for (const auto& [key, s] : served_) {
-    if (!s->batch) {
-      continue;
-    }
-    const auto b = s->batch->stats();
-    const std::string labels =
-        "model=\"" + s->name + "\",version=\"" + std::to_string(s->version) + "\"";
-    std::uint64_t cumulative = 0;
-    for (std::size_t i = 0; i < b.batch_rows_log2.size(); ++i) {
-      cumulative += b.batch_rows_log2[i];
-      os << "cotensor_batch_size_bucket{" << labels << ",le=\"" << (std::uint64_t{1} << i) << "\"} "
-         << cumulative << "\n";
-    }
-    os << "cotensor_batch_size_bucket{" << labels << ",le=\"+Inf\"} " << cumulative << "\n"
-       << "cotensor_batch_size_sum{" << labels << "} " << b.rows << "\n"
-       << "cotensor_batch_size_count{" << labels << "} " << b.batches << "\n";
-  }
-  return os.str();
 }
 
 }  // namespace detail
