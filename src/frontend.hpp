@@ -10,12 +10,26 @@
 #include "engine/engine.hpp"
 #include "kernel_table.hpp"
 
+#include <boost/container/small_vector.hpp>
+
 #include <memory>
 #include <span>
 #include <string>
 #include <utility>
 
 namespace cotensor::detail {
+
+/// Extents being built: on the stack up to shape's inline rank, so that issuing an op does not
+/// allocate.
+using extent_buffer = boost::container::small_vector<std::int64_t, shape::inline_rank>;
+
+/// Throws std::invalid_argument when an op on device `d` would broadcast to `out` over more
+/// dimensions than a GPU's kernels do (gpu_max_broadcast_rank); `same_shape`: no broadcast.
+void check_device_broadcast(const char* op, device d, bool same_shape, const shape& out);
+
+/// `axis` (negative counts from the end) as an index into x's extents; throws
+/// std::invalid_argument("cotensor::<op>: axis ... out of range ...") when x has no such axis.
+std::size_t normalize_axis(const char* op, const tensor& x, int axis);
 
 /// Throws std::invalid_argument("cotensor::<op>: <message>").
 [[noreturn]] void throw_invalid(const char* op, const std::string& message);
