@@ -13,7 +13,8 @@
 #                             prints the bytes each host's veth moved and fails when one of the
 #                             job's hosts moved fewer than B (default 65536); ended after S
 #                             seconds (default 150, exit 124)
-#   slurm_hosts.sh down       stops the daemons and removes /run/cotensor-slurm
+#   slurm_hosts.sh down       stops the daemons and whatever jobs left running in the test
+#                             hosts, and removes /run/cotensor-slurm
 #   slurm_hosts.sh once N [run options] -- SRUN-ARGS...
 #                             up N, run, down: the run's status (the test's form)
 #
@@ -53,26 +54,45 @@ take_lock() {
   export COTENSOR_HOSTS_LOCK_HELD=1
 }
 
-pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# The pid in pid file $1, when that process is still the daemon it names (slurmd-h2.pid: slurmd);
+# a stale file whose pid now belongs to another process gives nothing.
+daemon_pid() {
+  local file=$1 name pid
+  name=$(basename "$file" .pid)
+  name=${name%%-*}
+  [[ -f $file ]] && pid=$(<"$file") && [[ $pid =~ ^[0-9]+$ ]] || return 1
+  [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$name" ]] && echo "$pid"
+}
+
+# What runs in the test hosts besides the network: the daemons, the steps of jobs (slurmstepd and
+# the ranks they started, which outlive a srun ended by its timeout). The hosts run nothing but
+# tests, one user at a time (the lock).
+host_pids() {
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${ns_prefix}[0-9]+$"); do
+    ip netns pids "$ns" 2>/dev/null || true
+  done | grep -vx "$$" || true
+}
 
 down() {
-  local f
+  local f pid pids=() in_hosts=()
   for f in "$state"/slurmd-*.pid "$state"/slurmctld.pid "$state"/munged.pid; do
-    [[ -f $f ]] || continue
-    kill -TERM "$(cat "$f")" 2>/dev/null || true
+    pid=$(daemon_pid "$f") && pids+=("$pid")
   done
-  # Their jobs' steps (slurmstepd) and the daemons, given 5 s to go.
+  mapfile -t in_hosts < <(host_pids)
+  pids+=("${in_hosts[@]}")
+  if ((${#pids[@]})); then kill -TERM "${pids[@]}" 2>/dev/null || true; fi
+  # Given 5 s to go, then killed.
   for _ in $(seq 50); do
-    local alive=0
-    for f in "$state"/*.pid; do
-      [[ -f $f ]] && pid_alive "$f" && alive=1
+    local alive=()
+    for pid in "${pids[@]}"; do
+      kill -0 "$pid" 2>/dev/null && alive+=("$pid")
     done
-    ((alive)) || break
+    pids=("${alive[@]}")
+    ((${#pids[@]})) || break
     sleep 0.1
   done
-  for f in "$state"/*.pid; do
-    [[ -f $f ]] && kill -KILL "$(cat "$f")" 2>/dev/null || true
-  done
+  if ((${#pids[@]})); then kill -KILL "${pids[@]}" 2>/dev/null || true; fi
   rm -rf "$state"
 }
 
