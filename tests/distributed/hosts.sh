@@ -76,6 +76,7 @@ down() {
   local v
   for v in $(our_veths); do ip link del "$v" 2>/dev/null || true; done
   if ip link show "$bridge" >/dev/null 2>&1; then ip link del "$bridge"; fi
+  rm -rf /tmp/cotensor-ompi-"$ns_prefix"*  # the hosts' session directories (netns_agent.sh)
   echo "hosts.sh: down"
 }
 

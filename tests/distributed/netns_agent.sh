@@ -25,5 +25,11 @@ case $host in
   *) echo "netns_agent.sh: '$host' is not a test host (cotensor-h<i>, tests/distributed/hosts.sh)" >&2
      exit 2 ;;
 esac
+# Each host gets a /tmp of its own for Open MPI's session directories, as a real host has: the
+# hosts share the machine's file system and hostname, and daemons of two hosts creating the same
+# session path at once failed now and then (orte_session_dir: "File exists"), leaving mpirun
+# waiting for a daemon that had exited (a run in 20 stalled).
+tmp=/tmp/cotensor-ompi-$host
+mkdir -p "$tmp"
 # ssh joins the command words with spaces and gives the line to the remote shell: the same here.
-exec ip netns exec "$host" /bin/sh -c "$*"
+exec ip netns exec "$host" env OMPI_MCA_orte_tmpdir_base="$tmp" /bin/sh -c "$*"
