@@ -32,42 +32,62 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 local_run=(mpirun -np 2 --oversubscribe --bind-to none
   -x COTENSOR_BENCH_DIST_MAX_BYTES -x COTENSOR_NUM_THREADS)
 out=$(mktemp -d /tmp/cotensor-across-hosts.XXXXXX)
-trap 'rm -rf "$out"' EXIT
+# Two test hosts, made here unless some are up already; those made here go again at exit.
+made_hosts=0
+if [[ -z $(ip netns list 2>/dev/null | awk '$1 ~ /^cotensor-h[0-9]+$/') ]]; then
+  bash "$root/tests/distributed/hosts.sh" up 2 >/dev/null
+  made_hosts=1
+fi
+cleanup() {
+  rm -rf "$out"
+  if ((made_hosts)); then bash "$root/tests/distributed/hosts.sh" down >/dev/null || true; fi
+}
+trap cleanup EXIT
 
 run() {  # <way> <round>: the bench's summary table into $out/<way>.<round>
-  local way=$1 file="$out/$1.$2"
+  local way=$1 file="$out/$1.$2" rc=0
   case $way in
-    shm) timeout 600 "${local_run[@]}" "$bench" >"$file" ;;
-    tcp) timeout 600 "${local_run[@]}" --mca pml ob1 --mca btl tcp,self "$bench" >"$file" ;;
-    hosts) bash "$root/tests/distributed/mpirun_hosts.sh" -np 2 --timeout 600 -- "$bench" >"$file" ;;
+    shm) timeout 600 "${local_run[@]}" "$bench" >"$file" || rc=$? ;;
+    tcp) timeout 600 "${local_run[@]}" --mca pml ob1 --mca btl tcp,self "$bench" >"$file" || rc=$? ;;
+    hosts) bash "$root/tests/distributed/mpirun_hosts.sh" -np 2 --timeout 600 -- "$bench" >"$file" || rc=$? ;;
   esac
   echo "## round $2, $way"
   cat "$file"
+  return "$rc"
 }
 
 for ((r = 0; r < rounds; ++r)); do
   for way in shm tcp hosts; do
-    run "$way" "$r"
+    run "$way" "$r" || echo "across_hosts.sh: round $r, $way: the run failed (status $?)" >&2
   done
 done
 
 # The summary rows "#  bytes cotensor_us MPI_us MPI_I_us pipelined_us overhead_us MPI/ours".
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# The median of the numbers on stdin; nothing when there are none (a way whose runs all failed).
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 column() {  # <way> <bytes> <field>: that field of the row over the rounds
   awk -v b="$2" -v f="$3" '$1 == "#" && $2 == b && NF == 8 { print $(f + 1) }' "$out/$1".*
 }
-sizes=$(awk '$1 == "#" && $2 ~ /^[0-9]+$/ && NF == 8 { print $2 }' "$out/shm.0")
+sizes=$(cat "$out"/*.* 2>/dev/null | awk '$1 == "#" && $2 ~ /^[0-9]+$/ && NF == 8 { print $2 }' | sort -nu)
 echo "# medians over $rounds rounds"
+declare -A ours_of
 for b in $sizes; do
+  complete=1
   for way in shm tcp hosts; do
     ours=$(column "$way" "$b" 2 | median)
     mpi=$(column "$way" "$b" 3 | median)
-    declare "ours_$way=$ours"
+    if [[ -z $ours ]]; then
+      echo "cotensor.dist.$way.allreduce_us.$b: (no run gave it)"
+      complete=0
+      continue
+    fi
+    ours_of[$way]=$ours
     echo "cotensor.dist.$way.allreduce_us.$b: $ours"
     echo "cotensor.dist.$way.mpi_allreduce_us.$b: $mpi"
     awk -v b="$b" -v t="$ours" -v w="$way" 'BEGIN { printf "cotensor.dist.%s.busbw_gbs.%s: %.3f\n", w, b, b / t / 1000 }'
   done
-  awk -v b="$b" -v h="$ours_hosts" -v s="$ours_shm" -v t="$ours_tcp" 'BEGIN {
+  ((complete)) || continue
+  awk -v b="$b" -v h="${ours_of[hosts]}" -v s="${ours_of[shm]}" -v t="${ours_of[tcp]}" 'BEGIN {
     printf "cotensor.dist.hosts_over_shm.%s: %.2f\n", b, h / s
     printf "cotensor.dist.hosts_over_tcp.%s: %.2f\n", b, h / t }'
 done
