@@ -272,6 +272,9 @@ private:
   // The communication thread's own.
   std::map<std::uint64_t, std::unique_ptr<request>> ready_;  // by seq
   std::uint64_t next_start_ = 0;                             // the seq that starts next
+  // A finished fused op's buffer, lent to the next one: no allocation nor zeroing per fused op
+  // once it is as large as the largest (at most the fusion size).
+  std::vector<std::byte> fusion_buffer_;
   std::vector<std::unique_ptr<request>> in_flight_;
   std::vector<MPI_Request> reqs_;                  // in_flight_'s, same index
   std::vector<std::unique_ptr<request>> zombies_;  // timed out, still in MPI's hands

@@ -114,7 +114,10 @@ void comm_state::start_fused(std::vector<std::unique_ptr<request>> members) {
   for (const auto& m : members) {
     bytes += m->bytes();
   }
-  fused->scratch.resize(bytes);
+  fused->scratch = std::move(fusion_buffer_);
+  if (fused->scratch.size() < bytes) {
+    fused->scratch.resize(bytes);
+  }
   std::size_t at = 0;
   for (const auto& m : members) {
     std::memcpy(fused->scratch.data() + at, m->out, m->bytes());

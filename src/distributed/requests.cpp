@@ -187,6 +187,9 @@ void comm_state::finish(std::unique_ptr<request> r, std::exception_ptr error) {
       finish(std::move(m), error);
     }
     r->members.clear();
+    if (r->scratch.size() > fusion_buffer_.size()) {
+      fusion_buffer_ = std::move(r->scratch);  // MPI is done with it: the next fused op's
+    }
     return;
   }
   if (!error && (r->op == reduce_op::avg) &&
