@@ -8,8 +8,10 @@
 namespace cotensor::detail {
 
 std::shared_mutex& environment_mutex() noexcept {
-  static std::shared_mutex m;
-  return m;
+  // Never destroyed: threads that outlive static destructors (a communication thread finalising
+  // MPI at exit) may still take it.
+  static auto* const m = new std::shared_mutex;
+  return *m;
 }
 
 std::optional<std::string> environment_variable(const char* name) {
