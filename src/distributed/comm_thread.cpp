@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <pthread.h>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -34,10 +35,16 @@ constexpr auto slow_poll = std::chrono::microseconds(50);
 // sleeps: a program that issues collectives back to back (a training step's gradients, a
 // latency loop) then pays no wake-up per op.
 constexpr auto linger = std::chrono::microseconds(200);
-// The stall probe (comm_state.hpp, failures.cpp): an idle thread looks for questions this
-// often; a busy one every `probe_poll`.
-constexpr auto probe_idle_poll = std::chrono::milliseconds(50);
+// The stall probe (comm_state.hpp, failures.cpp): a busy thread looks for questions every
+// `probe_poll`; an idle one every sixteenth of the timeout, between 50 ms and 1 s. A stuck peer
+// asks from half its timeout on, so the answer comes in time, and an idle communicator with
+// the default timeout (300 s) wakes once a second, not twenty times.
 constexpr auto probe_poll = std::chrono::milliseconds(1);
+
+clock::duration probe_idle_poll(clock::duration timeout) noexcept {
+  return std::clamp<clock::duration>(timeout / 16, std::chrono::milliseconds(50),
+                                     std::chrono::seconds(1));
+}
 
 }  // namespace
 
@@ -81,6 +88,7 @@ void comm_state::start_thread(std::function<void()> init, std::function<void()> 
   std::promise<void> started;
   auto ready = started.get_future();
   thread_ = std::thread([this, init = std::move(init), started = std::move(started)]() mutable {
+    ::pthread_setname_np(::pthread_self(), "cotensor-comm");  // as top -H and debuggers show it
     try {
       if (init) {
         init();
@@ -172,7 +180,7 @@ void comm_state::run() {
           last_work = clock::now();
         } else {
           // Idle, but a peer that is stuck may ask how far this rank has got.
-          if (cv_.wait_for(lock, probe_idle_poll,
+          if (cv_.wait_for(lock, probe_idle_poll(clock::duration(timeout_.load())),
                            [this] { return !incoming_.empty() || stopping_; })) {
             last_work = clock::now();
           } else {

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <mutex>
+#include <pthread.h>
 #include <stdexcept>
 #include <string_view>
 #include <sys/stat.h>
@@ -160,7 +161,10 @@ private:
     threads_.reserve(n);
     try {
       for (unsigned i = 0; i < n; ++i) {
-        threads_.emplace_back([this] { run(); });
+        threads_.emplace_back([this] {
+          ::pthread_setname_np(::pthread_self(), "cotensor-read");
+          run();
+        });
       }
     } catch (...) {
       if (threads_.empty()) {

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <stdexcept>
 #include <string>
@@ -29,6 +31,26 @@ namespace d = cotensor::dist;
 // Rank r's value at i, so that every rank can compute every other rank's input.
 float value(int r, std::size_t i) {
   return static_cast<float>((r + 1) * 10 + static_cast<int>(i % 7));
+}
+
+// The voluntary context switches of this process's threads named `name` (/proc/self/task).
+long voluntary_switches(const std::string& name) {
+  long total = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (!std::getline(comm, line) || line != name) {
+      continue;
+    }
+    std::ifstream status(task.path() / "status");
+    const std::string key = "voluntary_ctxt_switches:";
+    while (std::getline(status, line)) {
+      if (line.rfind(key, 0) == 0) {
+        total += std::stol(line.substr(key.size()));
+      }
+    }
+  }
+  return total;
 }
 
 tensor input(int r, std::size_t n) {
@@ -164,6 +186,25 @@ TEST_SUITE("distributed") {
                          "cotensor: environment variable COTENSOR_DIST_FUSION_CYCLE_US='-1' is "
                          "not an integer from 0 to 10000000",
                          std::invalid_argument);
+  }
+
+  // Run alone by the ctest distributed.np2.idle: the world must be the only communicator.
+  TEST_CASE("an idle communication thread wakes about once a second with the default timeout" *
+            doctest::skip() * doctest::timeout(30)) {
+    const auto world = d::communicator::world();
+    world.set_timeout(std::chrono::seconds(300));
+    tensor t = ones({4});
+    d::all_reduce(t);
+    CHECK(t.to_vector() == std::vector<float>(4, static_cast<float>(world.size())));
+    // Past the thread's linger and busy polling: it sleeps, waking only to look for a stuck
+    // peer's questions (every timeout / 16, at most 1 s; it was every 50 ms, 60 wakes in 3 s).
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const long before = voluntary_switches("cotensor-comm");
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    const long woken = voluntary_switches("cotensor-comm") - before;
+    MESSAGE("the communication thread slept " << woken << " times in 3 s idle");
+    CHECK(woken >= 1);  // the probe's poll goes on
+    CHECK(woken <= 10);
   }
 
   TEST_CASE("every collective matches a sequential computation" * doctest::timeout(60)) {
