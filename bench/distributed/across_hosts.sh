@@ -32,15 +32,12 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 local_run=(mpirun -np 2 --oversubscribe --bind-to none
   -x COTENSOR_BENCH_DIST_MAX_BYTES -x COTENSOR_NUM_THREADS)
 out=$(mktemp -d /tmp/cotensor-across-hosts.XXXXXX)
-# Two test hosts, made here unless some are up already; those made here go again at exit.
-made_hosts=0
-if [[ -z $(ip netns list 2>/dev/null | awk '$1 ~ /^cotensor-h[0-9]+$/') ]]; then
-  bash "$root/tests/distributed/hosts.sh" up 2 >/dev/null
-  made_hosts=1
-fi
+# mpirun_hosts.sh brings the test hosts up when none are; then they go again at exit.
+hosts_were_up=0
+[[ -n $(bash "$root/tests/distributed/hosts.sh" list) ]] && hosts_were_up=1
 cleanup() {
   rm -rf "$out"
-  if ((made_hosts)); then bash "$root/tests/distributed/hosts.sh" down >/dev/null || true; fi
+  if ((!hosts_were_up)); then bash "$root/tests/distributed/hosts.sh" down >/dev/null || true; fi
 }
 trap cleanup EXIT
 

@@ -8,9 +8,12 @@
 #   hosts.sh up [N]      create the hosts (default 4, at most 16); idempotent
 #   hosts.sh down        remove every cotensor-h*, cotensor-v* and cotensor-br0, also after a
 #                        failed or partial up (processes still inside a host are ended first)
+#   hosts.sh stop        end every process still inside a host (TERM, up to 2 s, then KILL): a
+#                        killed run's ranks, daemons, the steps of a Slurm job; the hosts stay
+#   hosts.sh list        the hosts that are up, one name a line (nothing when none are)
 #   hosts.sh status      the hosts, their addresses and their veth byte counters
 #
-# up and down need root and iproute2; without them they say why and exit 77 (ctest: skipped).
+# up, stop and down need root and iproute2; without them they say why and exit 77 (ctest: skipped).
 set -Eeuo pipefail
 
 readonly ns_prefix=cotensor-h veth_prefix=cotensor-v bridge=cotensor-br0
@@ -55,12 +58,10 @@ disable_ipv6() {  # <interface> in the current namespace: no link-local address 
   if [[ -w $f ]]; then echo 1 >"$f"; fi
 }
 
-down() {
-  require_privileges
-  take_lock
+# Leftover ranks or daemons of a killed run, in every host: TERM, up to 2 s, then KILL, by pid.
+stop_processes() {
   local ns pid pids tries
   for ns in $(our_namespaces); do
-    # Leftover ranks or daemons of a killed run: TERM, up to 2 s, then KILL, by pid.
     pids=$(ip netns pids "$ns" 2>/dev/null || true)
     if [[ -n $pids ]]; then
       echo "hosts.sh: ending processes left in $ns: $(echo $pids)" >&2
@@ -71,6 +72,15 @@ down() {
       done
       for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
     fi
+  done
+}
+
+down() {
+  require_privileges
+  take_lock
+  stop_processes
+  local ns
+  for ns in $(our_namespaces); do
     ip netns del "$ns"  # takes its eth0, and with it the veth pair
   done
   local v
@@ -147,6 +157,8 @@ case ${1:-} in
     up "$n"
     ;;
   down) down ;;
+  stop) require_privileges; take_lock; stop_processes ;;
+  list) our_namespaces ;;
   status) status ;;
-  *) echo "usage: $0 up [N] | down | status" >&2; exit 2 ;;
+  *) echo "usage: $0 up [N] | down | stop | list | status" >&2; exit 2 ;;
 esac

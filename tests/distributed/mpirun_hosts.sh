@@ -58,7 +58,7 @@ command -v "$mpirun" >/dev/null || skip "no $mpirun (Debian: openmpi-bin)"
 exec 9>/run/lock/cotensor-test-hosts.lock
 flock -w 150 9 || { echo "mpirun_hosts.sh: the test hosts stayed busy for 150 s" >&2; exit 1; }
 
-up_list() { ip netns list | awk '{print $1}' | grep -E "^${ns_prefix}[0-9]+$" | sort -V || true; }
+up_list() { bash "$here/hosts.sh" list; }
 up_hosts=$(up_list)
 if [[ -n $hosts_arg ]]; then
   hosts=()
@@ -150,10 +150,8 @@ launch() {
   # 124 or 137 from timeout, not from mpirun (which exits 137 when a rank was killed by KILL).
   if ((stalled)) || { ((rc == 124 || rc == 137)) && ((SECONDS - launched >= $1)); }; then
     ((stalled)) || echo "mpirun_hosts.sh: mpirun ran past ${1}s and was ended" >&2
-    # Its daemons and ranks, if any remain, are ended by pid (hosts.sh down does so too).
-    for h in "${hosts[@]}"; do
-      for pid in $(ip netns pids "$h" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
-    done
+    # Its daemons and ranks, if any remain, are ended (the lock is ours: so is all in the hosts).
+    COTENSOR_HOSTS_LOCK_HELD=1 bash "$here/hosts.sh" stop
   fi
 }
 program=("$@")

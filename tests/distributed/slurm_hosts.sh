@@ -54,45 +54,23 @@ take_lock() {
   export COTENSOR_HOSTS_LOCK_HELD=1
 }
 
-# The pid in pid file $1, when that process is still the daemon it names (slurmd-h2.pid: slurmd);
-# a stale file whose pid now belongs to another process gives nothing.
-daemon_pid() {
-  local file=$1 name pid
-  name=$(basename "$file" .pid)
-  name=${name%%-*}
-  [[ -f $file ]] && pid=$(<"$file") && [[ $pid =~ ^[0-9]+$ ]] || return 1
-  [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$name" ]] && echo "$pid"
-}
-
-# What runs in the test hosts besides the network: the daemons, the steps of jobs (slurmstepd and
-# the ranks they started, which outlive a srun ended by its timeout). The hosts run nothing but
-# tests, one user at a time (the lock).
-host_pids() {
-  local ns
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${ns_prefix}[0-9]+$"); do
-    ip netns pids "$ns" 2>/dev/null || true
-  done | grep -vx "$$" || true
-}
-
 down() {
-  local f pid pids=() in_hosts=()
-  for f in "$state"/slurmd-*.pid "$state"/slurmctld.pid "$state"/munged.pid; do
-    pid=$(daemon_pid "$f") && pids+=("$pid")
-  done
-  mapfile -t in_hosts < <(host_pids)
-  pids+=("${in_hosts[@]}")
-  if ((${#pids[@]})); then kill -TERM "${pids[@]}" 2>/dev/null || true; fi
-  # Given 5 s to go, then killed.
-  for _ in $(seq 50); do
-    local alive=()
-    for pid in "${pids[@]}"; do
-      kill -0 "$pid" 2>/dev/null && alive+=("$pid")
+  # Everything in the test hosts: slurmctld, the slurmd, the steps of jobs (slurmstepd and the
+  # ranks they started, which outlive a srun ended by its timeout). The hosts run nothing but
+  # tests, one user at a time (the lock, held here).
+  bash "$here/hosts.sh" stop
+  # munged runs outside them: by its pid file, while that pid is still munged (a stale file's
+  # pid may be anyone's), given 5 s to go, then killed.
+  local pid
+  if [[ -f $state/munged.pid ]] && pid=$(<"$state/munged.pid") && [[ $pid =~ ^[0-9]+$ ]] &&
+     [[ $(cat "/proc/$pid/comm" 2>/dev/null) == munged ]]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
     done
-    pids=("${alive[@]}")
-    ((${#pids[@]})) || break
-    sleep 0.1
-  done
-  if ((${#pids[@]})); then kill -KILL "${pids[@]}" 2>/dev/null || true; fi
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
   rm -rf "$state"
 }
 
