@@ -55,8 +55,8 @@ tensor issue_read(std::shared_ptr<const read_only_file> file,
                   dtype t,
                   device d);
 
-/// For tests: while one lives, the read threads start no read (queued ones wait; at exit they
-/// run regardless). Starts the read threads.
+/// For tests: while one lives, the read threads start no read (queued ones wait for its end).
+/// Starts the read threads.
 class hold_reads {
 public:
   hold_reads();
