@@ -64,6 +64,8 @@ std::recursive_mutex& mpi_lock();
 const std::error_category& mpi_category();
 /// std::system_error for MPI's `code`, from the call `what`. Takes `mpi_lock()`.
 std::exception_ptr mpi_error(int code, const std::string& what);
+/// std::system_error(errc::timed_out, `what`): how an op past its communicator's timeout fails.
+std::exception_ptr timed_out(const std::string& what);
 
 enum class op_kind : std::uint8_t {
   all_reduce,

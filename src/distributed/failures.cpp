@@ -26,12 +26,12 @@ namespace {
 constexpr int probe_ping = 1;
 constexpr int probe_pong = 2;
 
+}  // namespace
+
 std::exception_ptr timed_out(const std::string& what) {
   return std::make_exception_ptr(
       std::system_error(std::make_error_code(std::errc::timed_out), what));
 }
-
-}  // namespace
 
 void comm_state::open_probe() {
   std::lock_guard lock(mpi_lock());

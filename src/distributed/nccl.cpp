@@ -267,8 +267,7 @@ private:
           what << "cotensor::dist: a collective on " << name_of(dev_) << " not complete after "
                << std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count()
                << " ms (NCCL); the communicator is broken";
-          failure = std::make_exception_ptr(
-              std::system_error(std::make_error_code(std::errc::timed_out), what.str()));
+          failure = timed_out(what.str());
         }
         if (!failure) {
           continue;
