@@ -5,6 +5,7 @@
 //   mpirun -np 2 build/bench/cotensor_bench_dist            # 4 B .. 64 MiB
 //   mpirun -np 2 build/bench/cotensor_bench_dist --quick    # 4 B .. 64 KiB, fewer iterations
 //   COTENSOR_BENCH_DIST_MAX_BYTES=65536 mpirun -np 2 ...    # 4 B .. 64 KiB, full iterations
+//   COTENSOR_BENCH_DIST_MIN_BYTES=4096 COTENSOR_BENCH_DIST_MAX_BYTES=4096 ...  # 4 KiB only
 //
 // cotensor's figure is the round trip a program sees: `dist::all_reduce(t)` then `t.wait()`,
 // so it includes the engine's dispatch, the hand-off to the communication thread, MPI's own
@@ -90,8 +91,17 @@ double time_cotensor(cotensor::tensor& t, iterations its) {
 // keeps them in flight together, as a training step's gradients are. Per all-reduce.
 constexpr int depth = 16;
 
-double time_cotensor_pipelined(std::vector<cotensor::tensor>& ts, iterations its) {
-  const int rounds = std::max(1, its.timed / depth);
+// Up to 64 KiB a round takes tens of microseconds: 1000 rounds (tens of milliseconds), so that
+// one hiccup of a shared machine (a few milliseconds) cannot decide the figure. Beyond, and
+// with --quick, the timed iterations in rounds of `depth`.
+int pipelined_rounds(std::size_t bytes, iterations its, bool quick) {
+  if (!quick && bytes <= (std::size_t{64} << 10)) {
+    return 1000;
+  }
+  return std::max(1, its.timed / depth);
+}
+
+double time_cotensor_pipelined(std::vector<cotensor::tensor>& ts, iterations its, int rounds) {
   auto round = [&ts] {
     for (auto& t : ts) {
       dist::all_reduce(t);
@@ -160,15 +170,19 @@ int main(int argc, char** argv) {
   if (const char* max = std::getenv("COTENSOR_BENCH_DIST_MAX_BYTES")) {
     last = std::min<std::size_t>(last, std::strtoull(max, nullptr, 10));
   }
+  std::size_t first = 4;
+  if (const char* min = std::getenv("COTENSOR_BENCH_DIST_MIN_BYTES")) {
+    first = std::max<std::size_t>(first, std::strtoull(min, nullptr, 10));
+  }
   if (root) {
     std::printf(
-        "# cotensor %d.%d.%d, %d ranks, all-reduce (sum) of float32, in place, 4 B .. %zu B%s\n",
-        COTENSOR_VERSION_MAJOR, COTENSOR_VERSION_MINOR, COTENSOR_VERSION_PATCH, world.size(), last,
-        opts.quick ? " (quick)" : "");
+        "# cotensor %d.%d.%d, %d ranks, all-reduce (sum) of float32, in place, %zu B .. %zu B%s\n",
+        COTENSOR_VERSION_MAJOR, COTENSOR_VERSION_MINOR, COTENSOR_VERSION_PATCH, world.size(), first,
+        last, opts.quick ? " (quick)" : "");
     std::fflush(stdout);
   }
   std::vector<row> rows;
-  for (std::size_t bytes = 4; bytes <= last; bytes *= 2) {
+  for (std::size_t bytes = first; bytes <= last; bytes *= 2) {
     const auto its = iterations_for(bytes, opts.quick);
     const auto n = static_cast<std::int64_t>(bytes / sizeof(float));
     // Alternate which goes first, so neither always meets a warmer (or colder) cache.
@@ -198,9 +212,9 @@ int main(int argc, char** argv) {
       }
       cotensor::wait_all();
       const auto fused_before = world.fused_count();
-      pipelined = time_cotensor_pipelined(ts, its);
-      const auto ops = static_cast<double>(
-          depth * (std::max(1, its.timed / depth) + std::max(1, its.warmup / depth)));
+      const int rounds = pipelined_rounds(bytes, its, opts.quick);
+      pipelined = time_cotensor_pipelined(ts, its, rounds);
+      const auto ops = static_cast<double>(depth * (rounds + std::max(1, its.warmup / depth)));
       fused_fraction = static_cast<double>(world.fused_count() - fused_before) / ops;
     }
     rows.push_back({bytes, ours, raw, raw_nonblocking, pipelined});
