@@ -78,20 +78,21 @@ public:
   /// Fuses small CPU all-reduces issued from now on (Horovod's tensor fusion, DDP's buckets):
   /// when the next collective to start is an all-reduce of at most `max_bytes`, the
   /// communication thread gathers the all-reduces of the same dtype and op that follow it in
-  /// issue order, up to `max_bytes` in all, waiting up to `cycle` for those already issued
-  /// whose inputs are not ready yet; the ranks agree on how many every one of them has (one
-  /// small MPI_Iallreduce), and that many run as one MPI operation on a buffer that holds them
-  /// end to end. Results are those of separate all-reduces: bit for bit on 2 ranks and for
-  /// exact values; with 3 or more ranks MPI may add float values in another order for the
-  /// fused size, as for any other size. Costs every fusable all-reduce that agreement, so a
-  /// lone one gets slower: turn it on where many small all-reduces are in flight together
-  /// (gradients). `max_bytes` 0 turns it off (the default, unless `COTENSOR_DIST_FUSION_BYTES`
-  /// and `COTENSOR_DIST_FUSION_CYCLE_US` in the environment say otherwise; splits inherit
-  /// their parent's). Like a collective, every rank must make the same call at the same point
-  /// of its issue order. Not with `COTENSOR_DIST_CHECK=1`, nor for GPU tensors (NCCL).
-  /// Throws std::invalid_argument for `max_bytes` over 1 GiB or a negative cycle.
+  /// issue order that are ready, up to `max_bytes` in all; with a `cycle` (default 0: none) it
+  /// also waits up to that long for those already issued whose inputs are not ready yet, which
+  /// gathers more when they come close together and delays the first when they do not. The
+  /// ranks agree on how many every one of them has (one small MPI_Iallreduce), and that many
+  /// run as one MPI operation on a buffer that holds them end to end. Results are those of separate
+  /// all-reduces: bit for bit on 2 ranks and for exact values; with 3 or more ranks MPI may add
+  /// float values in another order for the fused size, as for any other size. Costs every fusable
+  /// all-reduce that agreement, so a lone one gets slower: turn it on where many small all-reduces
+  /// are in flight together (gradients). `max_bytes` 0 turns it off (the default, unless
+  /// `COTENSOR_DIST_FUSION_BYTES` and `COTENSOR_DIST_FUSION_CYCLE_US` in the environment say
+  /// otherwise; splits inherit their parent's). Like a collective, every rank must make the same
+  /// call at the same point of its issue order. Not with `COTENSOR_DIST_CHECK=1`, nor for GPU
+  /// tensors (NCCL). Throws std::invalid_argument for `max_bytes` over 1 GiB or a negative cycle.
   void set_fusion(std::size_t max_bytes,
-                  std::chrono::microseconds cycle = std::chrono::microseconds(200)) const;
+                  std::chrono::microseconds cycle = std::chrono::microseconds(0)) const;
   /// How many all-reduces so far ran as part of a fused MPI operation.
   std::uint64_t fused_count() const noexcept;
 

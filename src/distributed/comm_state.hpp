@@ -16,9 +16,9 @@
 //
 // Fusion (opt-in, communicator::set_fusion): when the next op to start is a small all-reduce,
 // the thread gathers the small all-reduces of the same dtype and op that follow it in issue
-// order and are ready (waiting up to the cycle time for those already issued), agrees with the
-// other ranks on how many of them every rank has (an MPI_Iallreduce of the count, MIN), and
-// runs that many as one MPI_Iallreduce on a buffer that concatenates them. Whether an op is
+// order and are ready (and, with a cycle time, waits up to it for those already issued), agrees
+// with the other ranks on how many of them every rank has (an MPI_Iallreduce of the count, MIN),
+// and runs that many as one MPI_Iallreduce on a buffer that concatenates them. Whether an op is
 // fused depends only on what every rank issued (its kind, size, dtype and the fusion settings
 // when it was issued), so every rank takes part in the same agreements.
 //
@@ -26,7 +26,8 @@
 // threads ask each other, once an op is overdue (in flight for half the timeout), how many
 // collectives they have started. A rank that answers is alive; one that does not has stopped or
 // cannot be reached. The timeout's error names both kinds, so that the error on every surviving
-// rank names the peer that stopped answering. Idle threads look for questions every 50 ms.
+// rank names the peer that stopped answering. Busy threads look for questions every
+// millisecond, idle ones every sixteenth of the timeout (50 ms to 1 s).
 
 #include "cotensor/async_op.hpp"
 #include "cotensor/distributed.hpp"

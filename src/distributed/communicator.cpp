@@ -60,7 +60,7 @@ std::size_t fusion_bytes_from_env() {
 clock::duration fusion_cycle_from_env() {
   const auto us = ::cotensor::detail::whole_number_from_environment("COTENSOR_DIST_FUSION_CYCLE_US",
                                                                     0, 10'000'000)  // at most 10 s
-                      .value_or(200);
+                      .value_or(0);
   return std::chrono::microseconds(us);
 }
 
