@@ -95,6 +95,10 @@ public:
                   std::chrono::microseconds cycle = std::chrono::microseconds(0)) const;
   /// How many all-reduces so far ran as part of a fused MPI operation.
   std::uint64_t fused_count() const noexcept;
+  /// How many times a blocking wait that spins (runtime_options::wait_spin) moved this
+  /// communicator's MPI operations on from its own thread (started or ended one), while the
+  /// communication thread slept: 0 unless waits spin.
+  std::uint64_t helped_count() const noexcept;
 
   /// Internal: for cotensor's own implementation, not part of the API.
   explicit communicator(std::shared_ptr<detail::comm_state> state) noexcept

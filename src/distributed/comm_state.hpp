@@ -4,10 +4,11 @@
 //
 // The frontend (collectives.cpp) gives each op a sequence number when it is issued and issues
 // an engine op (`async_op`) whose start hands a `request` to the communication thread. That
-// thread starts requests strictly in sequence order (op n after op n-1, even if n's inputs
-// were ready first: MPI matches collectives by their order on a communicator, so every rank
-// must start them in the order the program issued them, not in the order of readiness),
-// keeps the started ones in flight (MPI_Testsome), and invokes their completions. An op that
+// thread (or, while one spins, a blocking waiter lending its own: see "Helpers" below) starts
+// requests strictly in sequence order (op n after op n-1, even if n's inputs were ready first:
+// MPI matches collectives by their order on a communicator, so every rank must start them in
+// the order the program issued them, not in the order of readiness), keeps the started ones in
+// flight (MPI_Testsome), and invokes their completions. An op that
 // the engine skips (an error in its input) still reaches the thread, as a "phantom" on a
 // zeroed scratch buffer, so that the other ranks' collectives do not hang.
 //
@@ -28,11 +29,19 @@
 // cannot be reached. The timeout's error names both kinds, so that the error on every surviving
 // rank names the peer that stopped answering. Busy threads look for questions every
 // millisecond, idle ones every sixteenth of the timeout (50 ms to 1 s).
+//
+// Helpers (engine/progress.hpp): a blocking wait that spins (runtime_options::wait_spin) calls
+// help(), which does one step of the thread's loop if no other thread is in one (`drive_mu_`
+// guards everything the loop owns). While any waiter spins, the thread sleeps, unless the next
+// request to start is one that blocks (a split, a GPU setup), which only the thread starts: a
+// rank then keeps one busy thread per wait instead of two, which on a machine with no core to
+// spare is the difference between MPI's own latency and a reschedule on every op.
 
 #include "cotensor/async_op.hpp"
 #include "cotensor/distributed.hpp"
 #include "cotensor/tensor.hpp"
 
+#include "engine/progress.hpp"
 #include "frontend.hpp"
 
 #include <array>
@@ -171,7 +180,8 @@ struct request {
 };
 
 /// A communicator: its MPI handle, its queue and its communication thread.
-class comm_state : public std::enable_shared_from_this<comm_state> {
+class comm_state final : public std::enable_shared_from_this<comm_state>,
+                         public cotensor::detail::progress_source {
 public:
   /// Takes `comm` (MPI_COMM_WORLD or a split), whose rank and size are given. A split's
   /// communicator is freed by the `fini` step its thread runs (start_thread).
@@ -192,6 +202,13 @@ public:
   void set_fusion(std::size_t bytes, clock::duration cycle);
   /// All-reduces run as part of a fused MPI operation so far.
   std::uint64_t fused() const noexcept { return fused_.load(std::memory_order_relaxed); }
+  /// Steps of the thread's loop that a spinning waiter made, which started or ended something.
+  std::uint64_t helped() const noexcept { return helped_.load(std::memory_order_relaxed); }
+
+  // progress_source: for blocking waits that spin (see "Helpers" at the top of this file).
+  void helper_arrives() noexcept override;
+  void help() noexcept override;
+  void helper_leaves() noexcept override;
   /// Hands a request to the communication thread; from any thread.
   void post(std::unique_ptr<request> r);
   /// Starts the communication thread; `init` runs first on it (the world's MPI_Init_thread),
@@ -222,7 +239,11 @@ public:
 
 private:
   void run();
-  bool start_ready();  // starts what may start in order; true on progress
+  void take_incoming();     // under mu_: what was posted joins ready_
+  bool step(bool helping);  // one round of starting, testing and timeouts; true on progress
+  // Starts what may start in order; true on progress. A helper leaves what blocks to the thread.
+  bool start_ready(bool helping);
+  bool next_needs_thread() const noexcept;  // the next request to start blocks (split, setup)
   bool test_in_flight();
   void check_timeouts();
   void start(std::unique_ptr<request> r);
@@ -244,7 +265,7 @@ private:
   std::string stall_report(const request& r) const;
   // Marks the communicator broken; returns the error it is broken with (the first caller's).
   std::exception_ptr mark_broken(std::exception_ptr error) noexcept;
-  bool drained(bool count_zombies) const;  // under mu_; zombies count or not
+  bool drained(bool count_zombies) const;  // under mu_ and drive_mu_; zombies count or not
 
   MPI_Comm comm_;
   int rank_;
@@ -270,9 +291,18 @@ private:
   std::condition_variable cv_;
   std::vector<std::unique_ptr<request>> incoming_;  // posted, not yet seen by the thread
   bool stopping_ = false;
-  bool exited_ = false;  // the thread has left run(): post() drops what comes
+  bool exited_ = false;       // the thread has left run(): post() drops what comes
+  int helpers_ = 0;           // waiters spinning now (progress_source)
+  bool wanted_ = false;       // a helper found a request that only the thread starts
+  bool handed_back_ = false;  // the last helper left with work in flight or ready
 
-  // The communication thread's own.
+  // Held by the thread, or by one helper, while it runs the loop's steps: guards what follows.
+  std::mutex drive_mu_;
+  std::atomic<std::uint64_t> helped_{0};
+  clock::time_point last_work_ = clock::now();  // the last start or completion
+  bool registered_ = false;                     // a progress source (more than one rank)
+
+  // The communication thread's own (or a helper's, under drive_mu_).
   std::map<std::uint64_t, std::unique_ptr<request>> ready_;  // by seq
   std::uint64_t next_start_ = 0;                             // the seq that starts next
   // A finished fused op's buffer, lent to the next one: no allocation nor zeroing per fused op
@@ -285,7 +315,7 @@ private:
   bool checking_ = false;     // a check in flight holds the start order
   bool negotiating_ = false;  // so does a fusion agreement
 
-  // The stall probe's, on the communication thread.
+  // The stall probe's, on the communication thread (or a helper, under drive_mu_).
   struct probe_send {
     std::array<std::uint64_t, 2> message{};
     MPI_Request req = MPI_REQUEST_NULL;

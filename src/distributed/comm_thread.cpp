@@ -107,9 +107,16 @@ void comm_state::start_thread(std::function<void()> init, std::function<void()> 
     thread_.join();
     throw;
   }
+  if (size_ > 1) {  // one rank's collectives never reach MPI
+    cotensor::detail::add_progress_source(*this);
+    registered_ = true;
+  }
 }
 
 void comm_state::stop() {
+  if (std::exchange(registered_, false)) {
+    cotensor::detail::remove_progress_source(*this);  // no helper reaches this state from now
+  }
   {
     std::lock_guard lock(mu_);
     if (stopping_ || !thread_.joinable()) {
@@ -138,21 +145,108 @@ bool comm_state::drained(bool count_zombies) const {
          ready_.empty() && incoming_.empty();
 }
 
+void comm_state::take_incoming() {
+  const auto arrived = clock::now();
+  for (auto& r : incoming_) {
+    r->ready_at = arrived;
+    const std::uint64_t seq = r->seq;
+    ready_.emplace(seq, std::move(r));
+  }
+  incoming_.clear();
+}
+
+bool comm_state::next_needs_thread() const noexcept {
+  if (ready_.empty() || ready_.begin()->first != next_start_) {
+    return false;
+  }
+  const op_kind k = ready_.begin()->second->kind;
+  return k == op_kind::split || k == op_kind::setup;
+}
+
+bool comm_state::step(bool helping) {
+  bool progress = start_ready(helping);
+  progress = test_in_flight() || progress;
+  check_timeouts();
+  const auto now = clock::now();
+  if (progress) {
+    last_work_ = now;
+  }
+  if (probe_comm_ != MPI_COMM_NULL && now - probe_polled_at_ >= probe_poll) {
+    poll_probe(now);
+  }
+  return progress;
+}
+
+void comm_state::helper_arrives() noexcept {
+  std::lock_guard lock(mu_);
+  ++helpers_;
+}
+
+void comm_state::helper_leaves() noexcept {
+  // What the helpers leave unfinished goes back to the thread, which may be asleep in its idle
+  // wait (a helper took the request it was woken for). An idle communicator stays asleep.
+  bool work_left = true;  // unless seen otherwise: the thread or another helper is in a step
+  {
+    std::unique_lock drive(drive_mu_, std::try_to_lock);
+    if (drive.owns_lock()) {
+      work_left = !in_flight_.empty() || !zombies_.empty() || !ready_.empty();
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    --helpers_;
+    handed_back_ = handed_back_ || (helpers_ == 0 && work_left);
+  }
+  if (work_left) {
+    cv_.notify_one();
+  }
+}
+
+void comm_state::help() noexcept {
+  std::unique_lock drive(drive_mu_, std::try_to_lock);
+  if (!drive.owns_lock()) {
+    return;  // the thread, or another helper, is in a step
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || exited_) {
+      return;  // the thread drains alone
+    }
+    take_incoming();
+  }
+  if (step(true)) {
+    helped_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (next_needs_thread()) {
+    {
+      std::lock_guard lock(mu_);
+      wanted_ = true;
+    }
+    cv_.notify_one();
+  }
+}
+
 void comm_state::run() {
   clock::time_point stop_deadline{};
   clock::time_point zombie_deadline{};
-  auto last_work = clock::now();
   unsigned polls = 0;
+  // Held from the top of each round through its steps; released before every wait and yield,
+  // so that helpers find it free whenever the thread is not working.
+  std::unique_lock drive(drive_mu_, std::defer_lock);
+  // The linger counts from this thread's own last work (or its wake-up by a request): after
+  // helpers drove the ops, the thread sleeps at once instead of taking a core for the linger.
+  auto own_work = clock::now();
+  bool woken = false;
   for (;;) {
+    drive.lock();
+    if (std::exchange(woken, false)) {
+      own_work = last_work_ = clock::now();
+    }
     {
       std::unique_lock lock(mu_);
-      const auto arrived = clock::now();
-      for (auto& r : incoming_) {
-        r->ready_at = arrived;
-        const std::uint64_t seq = r->seq;
-        ready_.emplace(seq, std::move(r));
-      }
-      incoming_.clear();
+      take_incoming();
+      wanted_ = false;
+      handed_back_ = false;
       if (stopping_) {
         const auto now = clock::now();
         if (stop_deadline == clock::time_point{}) {
@@ -168,46 +262,51 @@ void comm_state::run() {
           break;
         }
       }
+      // Spinning waiters drive the steps while they spin, unless the next request is one that
+      // only this thread starts: the thread sleeps as if idle until they hand back.
+      const bool driven = !stopping_ && helpers_ > 0 && !next_needs_thread();
       const bool startable = !checking_ && !ready_.empty() && ready_.begin()->first == next_start_;
-      if (in_flight_.empty() && zombies_.empty() && !startable) {
+      if (driven || (in_flight_.empty() && zombies_.empty() && !startable)) {
+        const bool lingering = !driven && clock::now() - own_work < linger;
+        drive.unlock();
+        const auto wake = [this] {
+          return !incoming_.empty() || stopping_ || wanted_ || handed_back_;
+        };
         if (stopping_) {
           cv_.wait_for(lock, std::chrono::milliseconds(1));  // for ops still to be handed over
-        } else if (clock::now() - last_work < linger) {
+        } else if (lingering) {
           lock.unlock();
           std::this_thread::yield();
         } else if (probe_comm_ == MPI_COMM_NULL) {
-          cv_.wait(lock, [this] { return !incoming_.empty() || stopping_; });
-          last_work = clock::now();
+          cv_.wait(lock, wake);
+          woken = true;
+        } else if (cv_.wait_for(lock, probe_idle_poll(clock::duration(timeout_.load())), wake)) {
+          woken = true;
         } else {
-          // Idle, but a peer that is stuck may ask how far this rank has got.
-          if (cv_.wait_for(lock, probe_idle_poll(clock::duration(timeout_.load())),
-                           [this] { return !incoming_.empty() || stopping_; })) {
-            last_work = clock::now();
-          } else {
-            lock.unlock();
-            poll_probe(clock::now());
-          }
+          // Asleep, but a peer that is stuck may ask how far this rank has got.
+          lock.unlock();
+          drive.lock();
+          poll_probe(clock::now());
+          drive.unlock();
         }
         continue;
       }
     }
-    bool progress = start_ready();
-    progress = test_in_flight() || progress;
-    check_timeouts();
+    const bool progress = step(false);
     const auto now = clock::now();
     if (progress) {
-      last_work = now;
+      own_work = now;
     }
-    if (probe_comm_ != MPI_COMM_NULL && now - probe_polled_at_ >= probe_poll) {
-      poll_probe(now);
-    }
-    if (now - last_work < busy_poll) {
+    const bool busy = now - last_work_ < busy_poll;
+    drive.unlock();
+    if (busy) {
       if (++polls % 16 == 0) {
         std::this_thread::yield();
       }
     } else {
       std::unique_lock lock(mu_);
-      // Not woken by stopping_: a drain with work in flight polls like any other wait.
+      // Not woken by stopping_: a drain with work in flight polls like any other wait. A
+      // helper that arrives meanwhile finds the steps free.
       cv_.wait_for(lock, slow_poll, [this] { return !incoming_.empty(); });
     }
   }
@@ -247,9 +346,12 @@ void comm_state::run() {
   }
 }
 
-bool comm_state::start_ready() {
+bool comm_state::start_ready(bool helping) {
   bool progress = false;
   while (!checking_ && !negotiating_ && !ready_.empty() && ready_.begin()->first == next_start_) {
+    if (helping && next_needs_thread()) {
+      return progress;  // it blocks: the thread starts it (run() stays awake for it)
+    }
     if (fusable(*ready_.begin()->second) && !broken()) {
       return negotiate_fusion() || progress;  // an agreement holds the start order
     }

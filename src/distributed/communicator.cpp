@@ -238,6 +238,8 @@ void communicator::set_fusion(std::size_t max_bytes, std::chrono::microseconds c
 
 std::uint64_t communicator::fused_count() const noexcept { return state_->fused(); }
 
+std::uint64_t communicator::helped_count() const noexcept { return state_->helped(); }
+
 communicator communicator::split(int color, int key) const {
   if (color < 0) {
     throw std::invalid_argument("cotensor::dist::split: negative color (MPI_UNDEFINED is not "

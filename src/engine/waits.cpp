@@ -3,6 +3,7 @@
 #include "cotensor/error.hpp"
 
 #include "engine/backend.hpp"
+#include "engine/progress.hpp"
 #include "engine/storage.hpp"
 #include "spin_mutex.hpp"
 
@@ -10,6 +11,7 @@
 
 #include <cstdint>
 #include <system_error>
+#include <thread>
 
 namespace cotensor::detail {
 
@@ -25,13 +27,21 @@ std::exception_ptr blocking_waiter::wait() {
   for (int i = 0; i < 256 && !done_.load(std::memory_order_acquire); ++i) {
     cpu_relax();
   }
-  // The longer spin of runtime_options::wait_spin, looking at the clock every 64 polls.
+  // The longer spin of runtime_options::wait_spin, looking at the clock every 64 polls. It
+  // drives what needs a thread to move on meanwhile (MPI's progress, engine/progress.hpp), so
+  // that the communication threads can sleep while it spins.
   if (spin_.count() > 0 && !done_.load(std::memory_order_acquire)) {
+    const progress_helper helper;
     const auto until = std::chrono::steady_clock::now() + spin_;
     for (unsigned i = 1; !done_.load(std::memory_order_acquire); ++i) {
-      cpu_relax();
-      if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) {
-        break;
+      helper.step();
+      if (i % 64 == 0) {
+        if (std::chrono::steady_clock::now() >= until) {
+          break;
+        }
+        // A thread that shares this core (the peer rank's, when there are more busy threads
+        // than cores) runs now rather than at the end of the spin.
+        std::this_thread::yield();
       }
     }
   }

@@ -573,6 +573,36 @@ TEST_SUITE("distributed") {
     CHECK_THROWS_AS(c.set_fusion(std::size_t{2} << 30), std::invalid_argument);
   }
 
+  // Run with and without COTENSOR_WAIT_SPIN_US (distributed.np2.spin, np3.spin_fusion).
+  TEST_CASE("a wait that spins drives the collectives while the communication thread sleeps" *
+            doctest::timeout(60)) {
+    const auto world = d::communicator::world();
+    const auto c = world.split(0, world.rank());  // its own count of helped steps
+    const int n = c.size();
+    // Lone all-reduces, each waited for: the waiter finds the op started, or starts it.
+    tensor t = full({256}, static_cast<float>(c.rank()));
+    for (int i = 0; i < 100; ++i) {
+      d::all_reduce(t, d::reduce_op::max, c);
+      t.wait();
+    }
+    CHECK(t.to_vector() == std::vector<float>(256, static_cast<float>(n - 1)));
+    // Sixteen in flight, then wait_all: what the thread started, the waiter may finish.
+    std::vector<tensor> ts;
+    for (int i = 0; i < 16; ++i) {
+      ts.push_back(full({1000}, static_cast<float>(i)));
+      d::all_reduce(ts.back(), d::reduce_op::sum, c);
+    }
+    wait_all();
+    for (int i = 0; i < 16; ++i) {
+      CHECK(ts[static_cast<std::size_t>(i)].to_vector().back() == static_cast<float>(n * i));
+    }
+    if (runtime::current().options().wait_spin.count() > 0) {
+      CHECK(c.helped_count() > 0);
+    } else {
+      CHECK(c.helped_count() == 0);  // no waiter ever spins
+    }
+  }
+
   TEST_CASE("a coroutine awaits a collective" * doctest::timeout(60)) {
     const auto c = d::communicator::world();
     const float total = test::run_to_completion([&]() -> asio::awaitable<float> {

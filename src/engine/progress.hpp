@@ -1,0 +1,47 @@
+#pragma once
+
+// Work that moves on only while some thread calls into it: Open MPI progresses a non-blocking
+// collective only inside MPI calls, so each communicator has a thread that polls. A blocking
+// wait that spins (runtime_options::wait_spin) lends its thread to that work instead, as
+// MPI_Wait does for its caller: while any waiter spins, a communicator's own thread sleeps and
+// the waiters poll for it, so a rank keeps one busy thread where it would keep two.
+
+namespace cotensor::detail {
+
+/// Something a spinning waiter can drive (dist::detail::comm_state). Its functions are called
+/// from any thread that waits, never throw and never block beyond a short critical section.
+class progress_source {
+public:
+  /// A waiter starts spinning: the source's own thread may step aside until it leaves.
+  virtual void helper_arrives() noexcept = 0;
+  /// One step of the source's work, unless another thread is driving it now.
+  virtual void help() noexcept = 0;
+  /// That waiter stops spinning (its wait ended, or it goes to sleep).
+  virtual void helper_leaves() noexcept = 0;
+
+protected:
+  ~progress_source() = default;
+};
+
+/// Registers `s` with every later spinning wait.
+void add_progress_source(progress_source& s);
+/// Unregisters `s`; returns once no waiter uses it any more (at most one spin later).
+void remove_progress_source(progress_source& s) noexcept;
+
+/// A blocking wait's spin, lending the thread to the registered sources for its lifetime.
+/// Holds the registry (shared) meanwhile: sources cannot leave while it spins.
+class progress_helper {
+public:
+  progress_helper() noexcept;
+  ~progress_helper();
+  progress_helper(const progress_helper&) = delete;
+  progress_helper& operator=(const progress_helper&) = delete;
+
+  /// One step of every source, or a pause of the CPU where there is none.
+  void step() const noexcept;
+
+private:
+  bool any_;
+};
+
+}  // namespace cotensor::detail
