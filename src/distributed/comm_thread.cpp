@@ -108,14 +108,16 @@ void comm_state::start_thread(std::function<void()> init, std::function<void()> 
     throw;
   }
   if (size_ > 1) {  // one rank's collectives never reach MPI
-    cotensor::detail::add_progress_source(*this);
+    cotensor::detail::add_progress_source(weak_from_this());
     registered_ = true;
   }
 }
 
 void comm_state::stop() {
   if (std::exchange(registered_, false)) {
-    cotensor::detail::remove_progress_source(*this);  // no helper reaches this state from now
+    // Later waits leave it alone; one spinning now may still call help(), which returns once
+    // stopping_ is set, and helper_leaves().
+    cotensor::detail::remove_progress_source(this);
   }
   {
     std::lock_guard lock(mu_);

@@ -2,17 +2,16 @@
 
 #include "spin_mutex.hpp"
 
-#include <algorithm>
 #include <mutex>
-#include <shared_mutex>
+#include <utility>
 #include <vector>
 
 namespace cotensor::detail {
 namespace {
 
 struct registry {
-  std::shared_mutex mutex;  // shared by spinning waiters, exclusive to add and remove
-  std::vector<progress_source*> sources;
+  std::mutex mutex;  // held only to copy or change the list, never while a source runs
+  std::vector<std::weak_ptr<progress_source>> sources;
 };
 
 registry& sources() {
@@ -22,41 +21,48 @@ registry& sources() {
 
 }  // namespace
 
-void add_progress_source(progress_source& s) {
+void add_progress_source(std::weak_ptr<progress_source> s) {
   auto& r = sources();
   std::lock_guard lock(r.mutex);
-  r.sources.push_back(&s);
+  r.sources.push_back(std::move(s));
 }
 
-void remove_progress_source(progress_source& s) noexcept {
+void remove_progress_source(const progress_source* s) noexcept {
   auto& r = sources();
   std::lock_guard lock(r.mutex);
-  r.sources.erase(std::remove(r.sources.begin(), r.sources.end(), &s), r.sources.end());
+  std::erase_if(r.sources, [s](const std::weak_ptr<progress_source>& w) {
+    const auto p = w.lock();  // null while `s` is being destroyed: expired, erased too
+    return p == nullptr || p.get() == s;
+  });
 }
 
-progress_helper::progress_helper() noexcept {
-  auto& r = sources();
-  r.mutex.lock_shared();
-  any_ = !r.sources.empty();
-  for (auto* s : r.sources) {
+progress_helper::progress_helper() {
+  {
+    auto& r = sources();
+    std::lock_guard lock(r.mutex);
+    for (const auto& w : r.sources) {
+      if (auto p = w.lock()) {
+        sources_.push_back(std::move(p));
+      }
+    }
+  }
+  for (const auto& s : sources_) {
     s->helper_arrives();
   }
 }
 
 progress_helper::~progress_helper() {
-  auto& r = sources();
-  for (auto* s : r.sources) {
+  for (const auto& s : sources_) {
     s->helper_leaves();
   }
-  r.mutex.unlock_shared();
 }
 
 void progress_helper::step() const noexcept {
-  if (!any_) {
+  if (sources_.empty()) {
     cpu_relax();
     return;
   }
-  for (auto* s : sources().sources) {
+  for (const auto& s : sources_) {
     s->help();
   }
 }

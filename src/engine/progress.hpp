@@ -6,6 +6,10 @@
 // MPI_Wait does for its caller: while any waiter spins, a communicator's own thread sleeps and
 // the waiters poll for it, so a rank keeps one busy thread where it would keep two.
 
+#include <boost/container/small_vector.hpp>
+
+#include <memory>
+
 namespace cotensor::detail {
 
 /// Something a spinning waiter can drive (dist::detail::comm_state). Its functions are called
@@ -23,16 +27,17 @@ protected:
   ~progress_source() = default;
 };
 
-/// Registers `s` with every later spinning wait.
-void add_progress_source(progress_source& s);
-/// Unregisters `s`; returns once no waiter uses it any more (at most one spin later).
-void remove_progress_source(progress_source& s) noexcept;
+/// Registers `s` with every later spinning wait, until it expires or is removed. A wait that
+/// spins holds the source (a shared_ptr) meanwhile, so it may still call the source after
+/// `remove_progress_source`: a source must stay callable once its own thread has stopped.
+void add_progress_source(std::weak_ptr<progress_source> s);
+/// Unregisters `s` (and any expired source). Never blocks on a waiter.
+void remove_progress_source(const progress_source* s) noexcept;
 
 /// A blocking wait's spin, lending the thread to the registered sources for its lifetime.
-/// Holds the registry (shared) meanwhile: sources cannot leave while it spins.
 class progress_helper {
 public:
-  progress_helper() noexcept;
+  progress_helper();
   ~progress_helper();
   progress_helper(const progress_helper&) = delete;
   progress_helper& operator=(const progress_helper&) = delete;
@@ -41,7 +46,7 @@ public:
   void step() const noexcept;
 
 private:
-  bool any_;
+  boost::container::small_vector<std::shared_ptr<progress_source>, 4> sources_;
 };
 
 }  // namespace cotensor::detail
