@@ -312,8 +312,11 @@ private:
   std::vector<MPI_Request> reqs_;                  // in_flight_'s, same index
   std::vector<std::unique_ptr<request>> zombies_;  // timed out, still in MPI's hands
   std::vector<MPI_Request> zombie_reqs_;
-  bool checking_ = false;     // a check in flight holds the start order
-  bool negotiating_ = false;  // so does a fusion agreement
+  std::vector<int> poll_indices_;  // MPI_Testsome's outputs, kept from poll to poll
+  std::vector<MPI_Status> poll_statuses_;
+  std::vector<int> poll_order_;  // the completed ones' places in those, by request index
+  bool checking_ = false;        // a check in flight holds the start order
+  bool negotiating_ = false;     // so does a fusion agreement
 
   // The stall probe's, on the communication thread (or a helper, under drive_mu_).
   struct probe_send {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <pthread.h>
 #include <stdexcept>
 #include <thread>
@@ -457,11 +458,11 @@ bool comm_state::test_in_flight() {
   if (!zombie_reqs_.empty()) {
     // Timed-out requests that MPI still holds: free them (and their tensors) once complete.
     int count = 0;
-    std::vector<int> indices(zombie_reqs_.size());
+    poll_indices_.resize(std::max(poll_indices_.size(), zombie_reqs_.size()));
     {
       std::lock_guard lock(mpi_lock());
       MPI_Testsome(static_cast<int>(zombie_reqs_.size()), zombie_reqs_.data(), &count,
-                   indices.data(), MPI_STATUSES_IGNORE);
+                   poll_indices_.data(), MPI_STATUSES_IGNORE);
     }
     if (count > 0 && count != MPI_UNDEFINED) {
       for (std::size_t i = zombie_reqs_.size(); i-- > 0;) {
@@ -476,8 +477,11 @@ bool comm_state::test_in_flight() {
     return progress;
   }
   int count = 0;
-  std::vector<int> indices(reqs_.size());
-  std::vector<MPI_Status> statuses(reqs_.size());
+  // Grown, never shrunk: this runs on every poll, which must not allocate.
+  poll_indices_.resize(std::max(poll_indices_.size(), reqs_.size()));
+  poll_statuses_.resize(std::max(poll_statuses_.size(), reqs_.size()));
+  auto& indices = poll_indices_;
+  auto& statuses = poll_statuses_;
   int rc = MPI_SUCCESS;
   {
     std::lock_guard lock(mpi_lock());
@@ -491,19 +495,26 @@ bool comm_state::test_in_flight() {
   if (count == 0 || count == MPI_UNDEFINED) {
     return false;
   }
-  // Take the completed ones out (back to front, so indices stay valid), then finish them.
+  // Take the completed ones out (back to front, so indices stay valid), then finish them. The
+  // status of indices[k] is statuses[k]: order the k's by index, not the indices alone.
   std::vector<std::pair<std::unique_ptr<request>, std::exception_ptr>> done;
-  std::sort(indices.begin(), indices.begin() + count);
-  for (int k = count; k-- > 0;) {
-    const auto i = static_cast<std::size_t>(indices[static_cast<std::size_t>(k)]);
+  poll_order_.resize(static_cast<std::size_t>(count));
+  std::iota(poll_order_.begin(), poll_order_.end(), 0);
+  std::sort(poll_order_.begin(), poll_order_.end(), [&indices](int a, int b) {
+    return indices[static_cast<std::size_t>(a)] < indices[static_cast<std::size_t>(b)];
+  });
+  for (std::size_t j = poll_order_.size(); j-- > 0;) {
+    const auto k = static_cast<std::size_t>(poll_order_[j]);
+    const auto i = static_cast<std::size_t>(indices[k]);
+    const MPI_Status& status = statuses[k];
     std::exception_ptr error;
     auto& r = in_flight_[i];
-    if (rc == MPI_ERR_IN_STATUS && statuses[static_cast<std::size_t>(k)].MPI_ERROR != MPI_SUCCESS) {
-      error = mpi_error(statuses[static_cast<std::size_t>(k)].MPI_ERROR,
+    if (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR != MPI_SUCCESS) {
+      error = mpi_error(status.MPI_ERROR,
                         std::string("cotensor::dist::") + kind_name(r->kind) + ": " + r->call);
     } else if (r->kind == op_kind::recv && !r->checking) {
       int got = 0;
-      MPI_Get_count(&statuses[static_cast<std::size_t>(k)], mpi_type(r->type), &got);
+      MPI_Get_count(&status, mpi_type(r->type), &got);
       if (got != r->count) {
         error = std::make_exception_ptr(
             std::runtime_error("cotensor::dist::recv: received " + std::to_string(got) +
