@@ -243,7 +243,9 @@ private:
   bool step(bool helping);  // one round of starting, testing and timeouts; true on progress
   // Starts what may start in order; true on progress. A helper leaves what blocks to the thread.
   bool start_ready(bool helping);
-  bool next_needs_thread() const noexcept;  // the next request to start blocks (split, setup)
+  const request* next_ready() const noexcept;  // the request that starts next, if handed over
+  bool idle() const noexcept;                  // nothing in flight, and nothing that may start now
+  bool next_needs_thread() const noexcept;     // the next request to start blocks (split, setup)
   bool test_in_flight();
   void check_timeouts();
   void start(std::unique_ptr<request> r);
@@ -300,7 +302,6 @@ private:
   std::mutex drive_mu_;
   std::atomic<std::uint64_t> helped_{0};
   clock::time_point last_work_ = clock::now();  // the last start or completion
-  bool registered_ = false;                     // a progress source (more than one rank)
 
   // The communication thread's own (or a helper's, under drive_mu_).
   std::map<std::uint64_t, std::unique_ptr<request>> ready_;  // by seq

@@ -110,16 +110,13 @@ void comm_state::start_thread(std::function<void()> init, std::function<void()> 
   }
   if (size_ > 1) {  // one rank's collectives never reach MPI
     cotensor::detail::add_progress_source(weak_from_this());
-    registered_ = true;
   }
 }
 
 void comm_state::stop() {
-  if (std::exchange(registered_, false)) {
-    // Later waits leave it alone; one spinning now may still call help(), which returns once
-    // stopping_ is set, and helper_leaves().
-    cotensor::detail::remove_progress_source(this);
-  }
+  // Later waits leave it alone (if it was ever added); one spinning now may still call help(),
+  // which returns once stopping_ is set, and helper_leaves().
+  cotensor::detail::remove_progress_source(this);
   {
     std::lock_guard lock(mu_);
     if (stopping_ || !thread_.joinable()) {
@@ -158,12 +155,18 @@ void comm_state::take_incoming() {
   incoming_.clear();
 }
 
+const request* comm_state::next_ready() const noexcept {
+  return !ready_.empty() && ready_.begin()->first == next_start_ ? ready_.begin()->second.get()
+                                                                 : nullptr;
+}
+
+bool comm_state::idle() const noexcept {
+  return in_flight_.empty() && zombies_.empty() && (checking_ || next_ready() == nullptr);
+}
+
 bool comm_state::next_needs_thread() const noexcept {
-  if (ready_.empty() || ready_.begin()->first != next_start_) {
-    return false;
-  }
-  const op_kind k = ready_.begin()->second->kind;
-  return k == op_kind::split || k == op_kind::setup;
+  const request* r = next_ready();
+  return r != nullptr && (r->kind == op_kind::split || r->kind == op_kind::setup);
 }
 
 bool comm_state::step(bool helping) {
@@ -192,7 +195,7 @@ void comm_state::helper_leaves() noexcept {
   {
     std::unique_lock drive(drive_mu_, std::try_to_lock);
     if (drive.owns_lock()) {
-      work_left = !in_flight_.empty() || !zombies_.empty() || !ready_.empty();
+      work_left = !idle();
     }
   }
   {
@@ -268,8 +271,7 @@ void comm_state::run() {
       // Spinning waiters drive the steps while they spin, unless the next request is one that
       // only this thread starts: the thread sleeps as if idle until they hand back.
       const bool driven = !stopping_ && helpers_ > 0 && !next_needs_thread();
-      const bool startable = !checking_ && !ready_.empty() && ready_.begin()->first == next_start_;
-      if (driven || (in_flight_.empty() && zombies_.empty() && !startable)) {
+      if (driven || idle()) {
         const bool lingering = !driven && clock::now() - own_work < linger;
         drive.unlock();
         const auto wake = [this] {
@@ -351,7 +353,7 @@ void comm_state::run() {
 
 bool comm_state::start_ready(bool helping) {
   bool progress = false;
-  while (!checking_ && !negotiating_ && !ready_.empty() && ready_.begin()->first == next_start_) {
+  while (!checking_ && !negotiating_ && next_ready() != nullptr) {
     if (helping && next_needs_thread()) {
       return progress;  // it blocks: the thread starts it (run() stays awake for it)
     }
