@@ -249,6 +249,7 @@ private:
   bool test_in_flight();
   void check_timeouts();
   void start(std::unique_ptr<request> r);
+  void start_split(std::unique_ptr<request> r);
   void start_mpi(request& r);
   void finish(std::unique_ptr<request> r, std::exception_ptr error);
   void check_done(std::unique_ptr<request> r);

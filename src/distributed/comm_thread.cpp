@@ -183,55 +183,6 @@ bool comm_state::step(bool helping) {
   return progress;
 }
 
-void comm_state::helper_arrives() noexcept {
-  std::lock_guard lock(mu_);
-  ++helpers_;
-}
-
-void comm_state::helper_leaves() noexcept {
-  // What the helpers leave unfinished goes back to the thread, which may be asleep in its idle
-  // wait (a helper took the request it was woken for). An idle communicator stays asleep.
-  bool work_left = true;  // unless seen otherwise: the thread or another helper is in a step
-  {
-    std::unique_lock drive(drive_mu_, std::try_to_lock);
-    if (drive.owns_lock()) {
-      work_left = !idle();
-    }
-  }
-  {
-    std::lock_guard lock(mu_);
-    --helpers_;
-    handed_back_ = handed_back_ || (helpers_ == 0 && work_left);
-  }
-  if (work_left) {
-    cv_.notify_one();
-  }
-}
-
-void comm_state::help() noexcept {
-  std::unique_lock drive(drive_mu_, std::try_to_lock);
-  if (!drive.owns_lock()) {
-    return;  // the thread, or another helper, is in a step
-  }
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_ || exited_) {
-      return;  // the thread drains alone
-    }
-    take_incoming();
-  }
-  if (step(true)) {
-    helped_.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (next_needs_thread()) {
-    {
-      std::lock_guard lock(mu_);
-      wanted_ = true;
-    }
-    cv_.notify_one();
-  }
-}
-
 void comm_state::run() {
   clock::time_point stop_deadline{};
   clock::time_point zombie_deadline{};
@@ -379,45 +330,7 @@ void comm_state::start(std::unique_ptr<request> r) {
     coll_started_ = std::max(coll_started_, r->coll_seq + 1);
   }
   if (r->kind == op_kind::split) {
-    ++next_start_;
-    // MPI-3.1 has no non-blocking split: the other ranks reach it in the same order. It blocks
-    // while holding the process-wide MPI lock, so other communicators' threads start nothing
-    // until every rank of this group has reached it: a program that makes one group's split
-    // wait for another group's collective (through its data) can stall here.
-    MPI_Comm out = MPI_COMM_NULL;
-    int rc = MPI_SUCCESS;
-    int rank = 0;
-    int size = 0;
-    {
-      std::lock_guard lock(mpi_lock());
-      rc = MPI_Comm_split(comm_, r->color, r->key, &out);
-      if (rc == MPI_SUCCESS) {
-        MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN);
-        MPI_Comm_rank(out, &rank);
-        MPI_Comm_size(out, &size);
-      }
-    }
-    if (rc != MPI_SUCCESS) {
-      std::exchange(r->split_result, nullptr)
-          ->set_exception(mpi_error(rc, "cotensor::dist::split: MPI_Comm_split"));
-      return;
-    }
-    try {
-      auto child =
-          std::make_shared<comm_state>(out, rank, size, check_, clock::duration(timeout_.load()));
-      {
-        std::lock_guard issue(issue_mu_);  // the split inherits the fusion settings
-        child->set_fusion(fusion_bytes_, fusion_cycle_);
-      }
-      child->start_thread(nullptr, [out]() mutable {
-        std::lock_guard lock(mpi_lock());
-        MPI_Comm_free(&out);
-      });
-      register_split(child);
-      std::exchange(r->split_result, nullptr)->set_value(std::move(child));
-    } catch (...) {
-      std::exchange(r->split_result, nullptr)->set_exception(std::current_exception());
-    }
+    start_split(std::move(r));
     return;
   }
   if (check_ && is_collective(r->kind)) {

@@ -1,6 +1,6 @@
 // A request outside the communication thread's loop (comm_thread.cpp): its name, its MPI call
-// per kind (start_mpi), the order check's verdict (check_done), its completion (finish), and
-// what becomes of it when its communicator stops first.
+// per kind (start_mpi), a split's (start_split), the order check's verdict (check_done), its
+// completion (finish), and what becomes of it when its communicator stops first.
 
 #include "cotensor/error.hpp"
 
@@ -173,6 +173,49 @@ void comm_state::check_done(std::unique_ptr<request> r) {
     return;
   }
   in_flight_.push_back(std::move(r));
+}
+
+// A split: the new communicator, with a state and thread of its own, for the caller of split().
+void comm_state::start_split(std::unique_ptr<request> r) {
+  ++next_start_;
+  // MPI-3.1 has no non-blocking split: the other ranks reach it in the same order. It blocks
+  // while holding the process-wide MPI lock, so other communicators' threads start nothing
+  // until every rank of this group has reached it: a program that makes one group's split
+  // wait for another group's collective (through its data) can stall here.
+  MPI_Comm out = MPI_COMM_NULL;
+  int rc = MPI_SUCCESS;
+  int rank = 0;
+  int size = 0;
+  {
+    std::lock_guard lock(mpi_lock());
+    rc = MPI_Comm_split(comm_, r->color, r->key, &out);
+    if (rc == MPI_SUCCESS) {
+      MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN);
+      MPI_Comm_rank(out, &rank);
+      MPI_Comm_size(out, &size);
+    }
+  }
+  if (rc != MPI_SUCCESS) {
+    std::exchange(r->split_result, nullptr)
+        ->set_exception(mpi_error(rc, "cotensor::dist::split: MPI_Comm_split"));
+    return;
+  }
+  try {
+    auto child =
+        std::make_shared<comm_state>(out, rank, size, check_, clock::duration(timeout_.load()));
+    {
+      std::lock_guard issue(issue_mu_);  // the split inherits the fusion settings
+      child->set_fusion(fusion_bytes_, fusion_cycle_);
+    }
+    child->start_thread(nullptr, [out]() mutable {
+      std::lock_guard lock(mpi_lock());
+      MPI_Comm_free(&out);
+    });
+    register_split(child);
+    std::exchange(r->split_result, nullptr)->set_value(std::move(child));
+  } catch (...) {
+    std::exchange(r->split_result, nullptr)->set_exception(std::current_exception());
+  }
 }
 
 void comm_state::finish(std::unique_ptr<request> r, std::exception_ptr error) {
