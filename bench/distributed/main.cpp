@@ -6,6 +6,8 @@
 //   mpirun -np 2 build/bench/cotensor_bench_dist --quick    # 4 B .. 64 KiB, fewer iterations
 //   COTENSOR_BENCH_DIST_MAX_BYTES=65536 mpirun -np 2 ...    # 4 B .. 64 KiB, full iterations
 //   COTENSOR_BENCH_DIST_MIN_BYTES=4096 COTENSOR_BENCH_DIST_MAX_BYTES=4096 ...  # 4 KiB only
+//   COTENSOR_BENCH_DIST_ROUNDS=100000 ...  # rounds of the pipelined figure (default 1000)
+//   COTENSOR_BENCH_DIST_ROUNDS=100000 ...  # rounds of the pipelined figure (default 1000)
 //
 // cotensor's figure is the round trip a program sees: `dist::all_reduce(t)` then `t.wait()`,
 // so it includes the engine's dispatch, the hand-off to the communication thread, MPI's own
@@ -93,8 +95,12 @@ constexpr int depth = 16;
 
 // Up to 64 KiB a round takes tens of microseconds: 1000 rounds (tens of milliseconds), so that
 // one hiccup of a shared machine (a few milliseconds) cannot decide the figure. Beyond, and
-// with --quick, the timed iterations in rounds of `depth`.
+// with --quick, the timed iterations in rounds of `depth`. COTENSOR_BENCH_DIST_ROUNDS=N sets
+// the number (e.g. to run the figure long enough under a profiler).
 int pipelined_rounds(std::size_t bytes, iterations its, bool quick) {
+  if (const char* rounds = std::getenv("COTENSOR_BENCH_DIST_ROUNDS")) {
+    return std::max(1, std::atoi(rounds));
+  }
   if (!quick && bytes <= (std::size_t{64} << 10)) {
     return 1000;
   }
