@@ -68,8 +68,8 @@ void issue_in_place(const char* op, binary_op kind, const tensor& a, scalar s);
 /// `async_op` for cotensor's own starts, which only hand the op to a thread of their own and
 /// return (the collectives): when the op is ready at its call, `start` runs there, on the
 /// issuing thread, instead of on a backend thread after a hand-off to it. Takes tensors of any
-/// dtype: the context's spans are empty for all but float32 ones, whose buffers the start
-/// reaches through the tensors' storage (allocated by then).
+/// dtype: the context's spans are empty; the start reaches the buffers through the tensors'
+/// storage (allocated by then). Name the op with a `static_name` where it is a literal.
 void issue_quick_async_op(std::span<const tensor> reads,
                           std::span<const tensor> writes,
                           std::unique_ptr<async_start> start);

@@ -90,18 +90,30 @@ private:
 
 namespace detail {
 
-/// An async op's start, type-erased; holds the op's name (the op points at it).
+/// A name with static storage duration (a string literal), which an op may point at as is.
+struct static_name {
+  const char* name;
+};
+
+/// An async op's start, type-erased; holds the op's name (the op points at it), or, for a
+/// `static_name`, only the pointer.
 class async_start {
 public:
   explicit async_start(const char* name) : name_(name != nullptr ? name : "async_op") {}
+  explicit async_start(static_name name) noexcept : static_name_(name.name) {}
   async_start(const async_start&) = delete;
   async_start& operator=(const async_start&) = delete;
   virtual ~async_start() = default;
 
   virtual void operator()(async_op_context& ctx, async_op_done done) = 0;
-  const char* name() const noexcept { return name_.c_str(); }
+  const char* name() const noexcept {
+    return static_name_ != nullptr ? static_name_ : name_.c_str();
+  }
+  /// The name outlives every op (a `static_name`): no copy needed.
+  bool name_is_static() const noexcept { return static_name_ != nullptr; }
 
 private:
+  const char* static_name_ = nullptr;
   std::string name_;
 };
 
@@ -110,6 +122,9 @@ class async_start_for final : public async_start {
 public:
   template <class S>
   async_start_for(const char* name, S&& start)
+      : async_start(name), start_(std::forward<S>(start)) {}
+  template <class S>
+  async_start_for(static_name name, S&& start)
       : async_start(name), start_(std::forward<S>(start)) {}
 
   void operator()(async_op_context& ctx, async_op_done done) override {

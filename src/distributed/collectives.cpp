@@ -120,7 +120,8 @@ private:
 };
 
 // Issues the op: its start only hands the request over, so it runs at the call when the op is
-// ready then (no hop through a backend thread before the communication thread's).
+// ready then (no hop through a backend thread before the communication thread's). `what` is a
+// literal (the op points at it).
 void issue(const char* what,
            std::initializer_list<tensor> reads,
            std::initializer_list<tensor> writes,
@@ -128,7 +129,8 @@ void issue(const char* what,
   cotensor::detail::issue_quick_async_op(
       std::span<const tensor>(reads.begin(), reads.size()),
       std::span<const tensor>(writes.begin(), writes.size()),
-      std::make_unique<cotensor::detail::async_start_for<handoff>>(what, std::move(start)));
+      std::make_unique<cotensor::detail::async_start_for<handoff>>(
+          cotensor::detail::static_name{what}, std::move(start)));
 }
 
 std::unique_ptr<request>

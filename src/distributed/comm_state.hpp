@@ -44,17 +44,19 @@
 #include "engine/progress.hpp"
 #include "frontend.hpp"
 
+#include <boost/container/small_vector.hpp>
+
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <future>
 #include <list>
-#include <map>
 #include <memory>
 #include <mpi.h>
 #include <mutex>
@@ -119,7 +121,8 @@ struct request {
   void* out = nullptr;
   std::optional<cotensor::async_op_done> done;  // empty for a phantom
   std::vector<std::byte> scratch;               // a phantom's buffers
-  std::vector<tensor> keep;  // the tensors MPI touches, alive while it may (timeouts)
+  // The tensors MPI touches, alive while it may (timeouts); no allocation for one or two.
+  boost::container::small_vector<tensor, 2> keep;
   // split
   int color = 0;
   int key = 0;
@@ -177,6 +180,50 @@ struct request {
   }
   /// Makes this a phantom: zeroed scratch buffers of the sizes its op needs on `size` ranks.
   void make_phantom(int size);
+};
+
+/// The requests handed to the thread and not yet started, by sequence number: one slot per
+/// number from the next to start on (null until it arrives), in a deque that grows at the back
+/// and is taken from the front, as requests start strictly in sequence order. No allocation
+/// per request (a std::map's node was one).
+class ready_queue {
+public:
+  void add(std::unique_ptr<request> r) {
+    const auto at = static_cast<std::size_t>(r->seq - base_);
+    if (at >= slots_.size()) {
+      slots_.resize(at + 1);
+    }
+    slots_[at] = std::move(r);
+    ++count_;
+  }
+  /// Null unless request `seq` is here.
+  request* find(std::uint64_t seq) const noexcept {
+    const auto at = seq - base_;
+    return seq >= base_ && at < slots_.size() ? slots_[static_cast<std::size_t>(at)].get()
+                                              : nullptr;
+  }
+  /// The request `seq`, which is here and the lowest one here.
+  std::unique_ptr<request> take(std::uint64_t seq) noexcept {
+    auto r = std::move(slots_[static_cast<std::size_t>(seq - base_)]);
+    --count_;
+    while (!slots_.empty() && slots_.front() == nullptr && base_ <= seq) {
+      slots_.pop_front();
+      ++base_;
+    }
+    return r;
+  }
+  bool empty() const noexcept { return count_ == 0; }
+  std::size_t size() const noexcept { return count_; }
+  void clear() noexcept {
+    base_ += slots_.size();
+    slots_.clear();
+    count_ = 0;
+  }
+
+private:
+  std::deque<std::unique_ptr<request>> slots_;
+  std::uint64_t base_ = 0;  // slots_.front()'s sequence number
+  std::size_t count_ = 0;   // slots that hold one
 };
 
 /// A communicator: its MPI handle, its queue and its communication thread.
@@ -247,7 +294,7 @@ private:
   bool idle() const noexcept;                  // nothing in flight, and nothing that may start now
   bool next_needs_thread() const noexcept;     // the next request to start blocks (split, setup)
   bool test_in_flight();
-  void check_timeouts();
+  void check_timeouts(clock::time_point now);
   void start(std::unique_ptr<request> r);
   void start_split(std::unique_ptr<request> r);
   void start_mpi(request& r);
@@ -294,7 +341,10 @@ private:
   std::condition_variable cv_;
   std::vector<std::unique_ptr<request>> incoming_;  // posted, not yet seen by the thread
   bool stopping_ = false;
-  bool exited_ = false;       // the thread has left run(): post() drops what comes
+  bool exited_ = false;  // the thread has left run(): post() drops what comes
+  // Set under mu_ with what help() must look at under it (a post, stopping_), so that a
+  // helper's step takes mu_ only then. Cleared by take_incoming, never once stopping_.
+  std::atomic<bool> mail_{false};
   int helpers_ = 0;           // waiters spinning now (progress_source)
   bool wanted_ = false;       // a helper found a request that only the thread starts
   bool handed_back_ = false;  // the last helper left with work in flight or ready
@@ -305,8 +355,8 @@ private:
   clock::time_point last_work_ = clock::now();  // the last start or completion
 
   // The communication thread's own (or a helper's, under drive_mu_).
-  std::map<std::uint64_t, std::unique_ptr<request>> ready_;  // by seq
-  std::uint64_t next_start_ = 0;                             // the seq that starts next
+  ready_queue ready_;
+  std::uint64_t next_start_ = 0;  // the seq that starts next
   // A finished fused op's buffer, lent to the next one: no allocation nor zeroing per fused op
   // once it is as large as the largest (at most the fusion size).
   std::vector<std::byte> fusion_buffer_;
@@ -317,8 +367,9 @@ private:
   std::vector<int> poll_indices_;  // MPI_Testsome's outputs, kept from poll to poll
   std::vector<MPI_Status> poll_statuses_;
   std::vector<int> poll_order_;  // the completed ones' places in those, by request index
-  bool checking_ = false;        // a check in flight holds the start order
-  bool negotiating_ = false;     // so does a fusion agreement
+  std::vector<std::pair<std::unique_ptr<request>, std::exception_ptr>> poll_done_;
+  bool checking_ = false;     // a check in flight holds the start order
+  bool negotiating_ = false;  // so does a fusion agreement
 
   // The stall probe's, on the communication thread (or a helper, under drive_mu_).
   struct probe_send {

@@ -76,6 +76,7 @@ void comm_state::post(std::unique_ptr<request> r) {
     std::lock_guard lock(mu_);
     if (!exited_) {
       incoming_.push_back(std::move(r));
+      mail_.store(true, std::memory_order_relaxed);
     }
   }
   cv_.notify_one();
@@ -123,6 +124,7 @@ void comm_state::stop() {
       return;
     }
     stopping_ = true;
+    mail_.store(true, std::memory_order_relaxed);
   }
   cv_.notify_one();
   thread_.join();
@@ -146,19 +148,19 @@ bool comm_state::drained(bool count_zombies) const {
 }
 
 void comm_state::take_incoming() {
+  mail_.store(stopping_, std::memory_order_relaxed);
+  if (incoming_.empty()) {
+    return;
+  }
   const auto arrived = clock::now();
   for (auto& r : incoming_) {
     r->ready_at = arrived;
-    const std::uint64_t seq = r->seq;
-    ready_.emplace(seq, std::move(r));
+    ready_.add(std::move(r));
   }
   incoming_.clear();
 }
 
-const request* comm_state::next_ready() const noexcept {
-  return !ready_.empty() && ready_.begin()->first == next_start_ ? ready_.begin()->second.get()
-                                                                 : nullptr;
-}
+const request* comm_state::next_ready() const noexcept { return ready_.find(next_start_); }
 
 bool comm_state::idle() const noexcept {
   return in_flight_.empty() && zombies_.empty() && (checking_ || next_ready() == nullptr);
@@ -172,8 +174,8 @@ bool comm_state::next_needs_thread() const noexcept {
 bool comm_state::step(bool helping) {
   bool progress = start_ready(helping);
   progress = test_in_flight() || progress;
-  check_timeouts();
   const auto now = clock::now();
+  check_timeouts(now);
   if (progress) {
     last_work_ = now;
   }
@@ -308,11 +310,10 @@ bool comm_state::start_ready(bool helping) {
     if (helping && next_needs_thread()) {
       return progress;  // it blocks: the thread starts it (run() stays awake for it)
     }
-    if (fusable(*ready_.begin()->second) && !broken()) {
+    if (fusable(*next_ready()) && !broken()) {
       return negotiate_fusion() || progress;  // an agreement holds the start order
     }
-    auto node = ready_.extract(ready_.begin());
-    start(std::move(node.mapped()));
+    start(ready_.take(next_start_));
     progress = true;
   }
   return progress;
@@ -412,7 +413,8 @@ bool comm_state::test_in_flight() {
   }
   // Take the completed ones out (back to front, so indices stay valid), then finish them. The
   // status of indices[k] is statuses[k]: order the k's by index, not the indices alone.
-  std::vector<std::pair<std::unique_ptr<request>, std::exception_ptr>> done;
+  auto done = std::move(poll_done_);  // its capacity, reused: no allocation per completion
+  done.clear();
   poll_order_.resize(static_cast<std::size_t>(count));
   std::iota(poll_order_.begin(), poll_order_.end(), 0);
   std::sort(poll_order_.begin(), poll_order_.end(), [&indices](int a, int b) {
@@ -461,6 +463,8 @@ bool comm_state::test_in_flight() {
       finish(std::move(it->first), it->second);
     }
   }
+  done.clear();
+  poll_done_ = std::move(done);
   return true;
 }
 

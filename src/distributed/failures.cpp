@@ -169,11 +169,10 @@ std::string comm_state::stall_report(const request& r) const {
   return report.str();
 }
 
-void comm_state::check_timeouts() {
+void comm_state::check_timeouts(clock::time_point now) {
   if (in_flight_.empty()) {
     return;
   }
-  const auto now = clock::now();
   const auto timeout = clock::duration(timeout_.load());
   for (const auto& r : in_flight_) {
     if (now > r->deadline) {

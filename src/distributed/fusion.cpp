@@ -28,12 +28,12 @@ bool comm_state::fusable(const request& r) const noexcept {
 // still grow (an op issued after it has not reached this thread) and the first one has waited
 // less than its cycle; then starts the agreement on the group's length.
 bool comm_state::negotiate_fusion() {
-  const request& first = *ready_.begin()->second;
+  const request& first = *next_ready();
   std::uint64_t seq = next_start_;
   std::size_t bytes = 0;
   bool closed = false;
-  for (auto it = ready_.begin(); it != ready_.end() && it->first == seq; ++it, ++seq) {
-    const request& r = *it->second;
+  for (const request* it = &first; it != nullptr; it = ready_.find(++seq)) {
+    const request& r = *it;
     if (!fusable(r) || r.type != first.type || r.op != first.op ||
         bytes + r.bytes() > first.fusion_bytes) {
       closed = true;
@@ -84,14 +84,14 @@ void comm_state::fusion_agreed(std::unique_ptr<request> agreement) {
   // Every rank has at least the first op, and this rank at least `fuse_agreed` of them ready.
   const std::uint64_t n = std::max<std::uint64_t>(agreement->fuse_agreed, 1);
   std::vector<std::unique_ptr<request>> members;
+  members.reserve(n);
   for (std::uint64_t i = 0; i < n; ++i) {
-    auto node = ready_.extract(next_start_ + i);
-    if (node.empty()) {  // cannot happen: this rank said it had them
+    if (ready_.find(next_start_ + i) == nullptr) {  // cannot happen: this rank said it had them
       break_all(mark_broken(std::make_exception_ptr(
           std::logic_error("cotensor::dist::all_reduce: fusion lost an op"))));
       return;
     }
-    members.push_back(std::move(node.mapped()));
+    members.push_back(ready_.take(next_start_ + i));
   }
   if (n == 1) {
     start(std::move(members.front()));

@@ -38,7 +38,9 @@ void comm_state::help() noexcept {
   if (!drive.owns_lock()) {
     return;  // the thread, or another helper, is in a step
   }
-  {
+  // mail_ read under drive_mu_: the thread sets exited_ (after mail_) before it lets go of
+  // drive_mu_ for the last time, so a helper stepping after that sees mail_ and returns.
+  if (mail_.load(std::memory_order_relaxed)) {
     std::lock_guard lock(mu_);
     if (stopping_ || exited_) {
       return;  // the thread drains alone

@@ -29,8 +29,7 @@ public:
   static void bind(async_op_context& ctx, const Buffers& reads, const Buffers& writes) {
     ctx.reads_.clear();
     ctx.writes_.clear();
-    // Every buffer gets its memory here; only float32 ones are seen as floats (the quick
-    // starts, which take any dtype, read the others' storage themselves).
+    // Every buffer gets its memory here; only float32 ones are seen as floats.
     for (storage* s : reads) {
       void* p = s->raw();
       ctx.reads_.emplace_back(static_cast<const float*>(p), floats(*s));
@@ -95,9 +94,11 @@ void issue(std::span<const tensor> reads,
   for (const tensor& w : writes) {
     out.push_back(w.storage().get());
   }
-  // The op's name outlives `start` (errors and traces name the op after it returns).
-  auto name = std::make_unique<const std::string>(start->name());
-  auto op = make_op(name->c_str(), {}, {});
+  // The op's name outlives `start` (errors and traces name the op after it returns): a copy,
+  // unless it is a literal.
+  auto name =
+      start->name_is_static() ? nullptr : std::make_unique<const std::string>(start->name());
+  auto op = make_op(name != nullptr ? name->c_str() : start->name(), {}, {});
   // Written in place (the old values are there in ctx.write(i)): a read-write, so that an
   // error in what it updates skips it and passes on, as for `+=`.
   for (const tensor& w : writes) {
@@ -107,16 +108,31 @@ void issue(std::span<const tensor> reads,
     add_access(*op, r.storage(), access_mode::read);
   }
   op->runs_user_code = !quick_start;  // ours may run at the call, at any size (runs_inline)
-  op->kernel.emplace_async([name = std::move(name), start = std::move(start), in = std::move(in),
-                            out = std::move(out),
-                            ctx = async_op_context()](op_completion done) mutable {
-    // `start` goes when it returns or throws: what the work needs later is owned by what ends
-    // it, and a completion that `start` kept alive cannot keep its own op alive forever.
-    const auto callable = std::move(start);
-    // data() may allocate a delayed buffer and throw: the op then fails with that.
-    async_op_access::bind(ctx, in, out);
-    (*callable)(ctx, async_op_access::done(std::move(done)));
-  });
+  if (quick_start) {
+    // cotensor's own starts, of any dtype, reach every buffer through its storage: an empty
+    // context, and a capture small enough for the kernel's inline buffer (no allocation).
+    in.insert(in.end(), out.begin(), out.end());
+    op->kernel.emplace_async([name = std::move(name), start = std::move(start),
+                              buffers = std::move(in)](op_completion done) mutable {
+      const auto callable = std::move(start);
+      for (storage* s : buffers) {
+        (void)s->raw();  // may allocate a delayed buffer and throw: the op then fails with that
+      }
+      async_op_context ctx;
+      (*callable)(ctx, async_op_access::done(std::move(done)));
+    });
+  } else {
+    op->kernel.emplace_async([name = std::move(name), start = std::move(start), in = std::move(in),
+                              out = std::move(out),
+                              ctx = async_op_context()](op_completion done) mutable {
+      // `start` goes when it returns or throws: what the work needs later is owned by what
+      // ends it, and a completion that `start` kept alive cannot keep its own op alive forever.
+      const auto callable = std::move(start);
+      // data() may allocate a delayed buffer and throw: the op then fails with that.
+      async_op_access::bind(ctx, in, out);
+      (*callable)(ctx, async_op_access::done(std::move(done)));
+    });
+  }
   current_engine().push(std::move(op));
 }
 
