@@ -7,6 +7,7 @@
 # build from before fusion and the spinning wait ignores the variables).
 #
 #   bench/distributed/before_after.sh BEFORE_BUILD AFTER_BUILD [rounds (5)] [ranks (2)]
+#   MPIRUN_ARGS="--mca btl_vader_single_copy_mechanism none" bench/distributed/before_after.sh ...
 #
 # BEFORE_BUILD's cotensor_bench_dist must read COTENSOR_BENCH_DIST_MIN_BYTES and _MAX_BYTES
 # (this tree's does; an older one needs those few lines, see bench/README.md). Prints each
@@ -31,7 +32,10 @@ for b in "$before" "$after"; do
     [[ -x $b/$exe ]] || { echo "before_after.sh: no $b/$exe (build it with MPI)" >&2; exit 2; }
   done
 done
-mpirun=(mpirun -np "$ranks" --oversubscribe --bind-to none)
+# MPIRUN_ARGS: more mpirun arguments for every run of both builds (e.g. Open MPI's
+# "--mca btl_vader_single_copy_mechanism none").
+read -r -a extra <<<"${MPIRUN_ARGS:-}"
+mpirun=(mpirun -np "$ranks" --oversubscribe --bind-to none "${extra[@]}")
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 

@@ -17,9 +17,10 @@
 //
 // Fusion (opt-in, communicator::set_fusion): when the next op to start is a small all-reduce,
 // the thread gathers the small all-reduces of the same dtype and op that follow it in issue
-// order and are ready (and, with a cycle time, waits up to it for those already issued), agrees
-// with the other ranks on how many of them every rank has (an MPI_Iallreduce of the count, MIN),
-// and runs that many as one MPI_Iallreduce on a buffer that concatenates them. Whether an op is
+// order and are ready (waiting while they still arrive less than 2 us apart, up to 50 us, and,
+// with a cycle time, up to it for those already issued: fusion.cpp), agrees with the other
+// ranks on how many of them every rank has (an MPI_Iallreduce of the count, MIN), and runs
+// that many as one MPI_Iallreduce on a buffer that concatenates them. Whether an op is
 // fused depends only on what every rank issued (its kind, size, dtype and the fusion settings
 // when it was issued), so every rank takes part in the same agreements.
 //
@@ -302,7 +303,7 @@ private:
   void check_done(std::unique_ptr<request> r);
   // Fusion (see the top of this file).
   bool fusable(const request& r) const noexcept;
-  bool negotiate_fusion();  // false while it waits for the cycle
+  bool negotiate_fusion(bool helping);  // false while it waits for the group to grow
   void fusion_agreed(std::unique_ptr<request> agreement);
   void start_fused(std::vector<std::unique_ptr<request>> members);
   void break_all(std::exception_ptr error);
@@ -353,6 +354,7 @@ private:
   std::mutex drive_mu_;
   std::atomic<std::uint64_t> helped_{0};
   clock::time_point last_work_ = clock::now();  // the last start or completion
+  clock::time_point last_arrival_{};            // the last take_incoming that found some
 
   // The communication thread's own (or a helper's, under drive_mu_).
   ready_queue ready_;

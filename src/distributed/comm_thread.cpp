@@ -153,6 +153,7 @@ void comm_state::take_incoming() {
     return;
   }
   const auto arrived = clock::now();
+  last_arrival_ = arrived;
   for (auto& r : incoming_) {
     r->ready_at = arrived;
     ready_.add(std::move(r));
@@ -311,7 +312,7 @@ bool comm_state::start_ready(bool helping) {
       return progress;  // it blocks: the thread starts it (run() stays awake for it)
     }
     if (fusable(*next_ready()) && !broken()) {
-      return negotiate_fusion() || progress;  // an agreement holds the start order
+      return negotiate_fusion(helping) || progress;  // an agreement holds the start order
     }
     start(ready_.take(next_start_));
     progress = true;

@@ -11,6 +11,19 @@
 
 namespace cotensor::dist::detail {
 
+namespace {
+
+// A group still growing: ops that a program issues back to back reach the thread a fraction of
+// a microsecond apart. The thread (not a spinning waiter, whose program has stopped issuing to
+// wait) waits until none came for `burst_gap` before it agrees on a group, up to `burst_cap`
+// (or the cycle, if longer) after the group's first op. Without it, a thread that shares a
+// core with another rank's program and runs while its own program is still issuing agrees on
+// the first few ops, and the rest follow in groups of their own.
+constexpr auto burst_gap = std::chrono::microseconds(2);
+constexpr auto burst_cap = std::chrono::microseconds(50);
+
+}  // namespace
+
 void comm_state::set_fusion(std::size_t bytes, clock::duration cycle) {
   std::lock_guard lock(issue_mu_);
   fusion_bytes_ = bytes;
@@ -25,9 +38,10 @@ bool comm_state::fusable(const request& r) const noexcept {
 
 // The group: the ready ops from next_start_ on, in issue order, while they are fusable, of the
 // first one's dtype and op, and fit in its fusion size. Waits (false) while the group could
-// still grow (an op issued after it has not reached this thread) and the first one has waited
-// less than its cycle; then starts the agreement on the group's length.
-bool comm_state::negotiate_fusion() {
+// still grow: ops are still arriving (burst_gap), or an op issued after it has not reached this
+// thread and the first one has waited less than its cycle; then starts the agreement on the
+// group's length.
+bool comm_state::negotiate_fusion(bool helping) {
   const request& first = *next_ready();
   std::uint64_t seq = next_start_;
   std::size_t bytes = 0;
@@ -42,6 +56,10 @@ bool comm_state::negotiate_fusion() {
     bytes += r.bytes();
   }
   const auto now = clock::now();
+  if (!closed && !helping && now - last_arrival_ < burst_gap &&
+      now - first.ready_at < std::max<clock::duration>(first.fusion_cycle, burst_cap)) {
+    return false;  // more are arriving
+  }
   if (!closed && now - first.ready_at < first.fusion_cycle) {
     std::uint64_t issued = 0;
     {
