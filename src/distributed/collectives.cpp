@@ -12,7 +12,6 @@
 #include "frontend.hpp"
 
 #include <climits>
-#include <initializer_list>
 #include <memory>
 #include <span>
 #include <sstream>
@@ -122,13 +121,12 @@ private:
 // Issues the op: its start only hands the request over, so it runs at the call when the op is
 // ready then (no hop through a backend thread before the communication thread's). `what` is a
 // literal (the op points at it).
-void issue(const char* what,
-           std::initializer_list<tensor> reads,
-           std::initializer_list<tensor> writes,
-           handoff start) {
+// `read` and `write`: the tensors, or null (no copies of them: each costs two atomic
+// reference counts on the issuing thread).
+void issue(const char* what, const tensor* read, const tensor* write, handoff start) {
   cotensor::detail::issue_quick_async_op(
-      std::span<const tensor>(reads.begin(), reads.size()),
-      std::span<const tensor>(writes.begin(), writes.size()),
+      std::span<const tensor>(read, read != nullptr ? 1 : 0),
+      std::span<const tensor>(write, write != nullptr ? 1 : 0),
       std::make_unique<cotensor::detail::async_start_for<handoff>>(
           cotensor::detail::static_name{what}, std::move(start)));
 }
@@ -158,8 +156,8 @@ void all_reduce(tensor& t, reduce_op op, const communicator& c) {
 #endif
   auto r = make_request(c, op_kind::all_reduce, static_cast<int>(t.numel()), t);
   r->op = op;
-  r->keep = {t};
-  issue(what, {}, {t}, handoff(c.state(), std::move(r)));
+  r->keep.push_back(t);
+  issue(what, nullptr, &t, handoff(c.state(), std::move(r)));
 }
 
 void broadcast(tensor& t, int root, const communicator& c) {
@@ -175,8 +173,8 @@ void broadcast(tensor& t, int root, const communicator& c) {
 #endif
   auto r = make_request(c, op_kind::broadcast, static_cast<int>(t.numel()), t);
   r->peer = root;
-  r->keep = {t};
-  issue(what, {}, {t}, handoff(c.state(), std::move(r)));
+  r->keep.push_back(t);
+  issue(what, nullptr, &t, handoff(c.state(), std::move(r)));
 }
 
 tensor all_gather(const tensor& t, const communicator& c) {
@@ -194,8 +192,9 @@ tensor all_gather(const tensor& t, const communicator& c) {
   }
 #endif
   auto r = make_request(c, op_kind::all_gather, static_cast<int>(t.numel()), t);
-  r->keep = {t, out};
-  issue(what, {t}, {out}, handoff(c.state(), std::move(r)));
+  r->keep.push_back(t);
+  r->keep.push_back(out);
+  issue(what, &t, &out, handoff(c.state(), std::move(r)));
   return out;
 }
 
@@ -221,8 +220,9 @@ tensor reduce_scatter(const tensor& t, reduce_op op, const communicator& c) {
 #endif
   auto r = make_request(c, op_kind::reduce_scatter, static_cast<int>(s.numel()), t);
   r->op = op;
-  r->keep = {t, out};
-  issue(what, {t}, {out}, handoff(c.state(), std::move(r)));
+  r->keep.push_back(t);
+  r->keep.push_back(out);
+  issue(what, &t, &out, handoff(c.state(), std::move(r)));
   return out;
 }
 
@@ -236,8 +236,8 @@ void send(const tensor& t, int dest, int tag, const communicator& c) {
   auto r = make_request(c, op_kind::send, static_cast<int>(t.numel()), t);
   r->peer = dest;
   r->tag = tag;
-  r->keep = {t};
-  issue(what, {t}, {}, handoff(c.state(), std::move(r)));
+  r->keep.push_back(t);
+  issue(what, &t, nullptr, handoff(c.state(), std::move(r)));
 }
 
 void recv(tensor& t, int source, int tag, const communicator& c) {
@@ -250,8 +250,8 @@ void recv(tensor& t, int source, int tag, const communicator& c) {
   auto r = make_request(c, op_kind::recv, static_cast<int>(t.numel()), t);
   r->peer = source;
   r->tag = tag;
-  r->keep = {t};
-  issue(what, {}, {t}, handoff(c.state(), std::move(r)));
+  r->keep.push_back(t);
+  issue(what, nullptr, &t, handoff(c.state(), std::move(r)));
 }
 
 }  // namespace cotensor::dist
