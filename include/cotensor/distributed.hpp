@@ -80,9 +80,11 @@ public:
   /// communication thread gathers the all-reduces of the same dtype and op that follow it in
   /// issue order that are ready, up to `max_bytes` in all; with a `cycle` (default 0: none) it
   /// also waits up to that long for those already issued whose inputs are not ready yet, which
-  /// gathers more when they come close together and delays the first when they do not. The
-  /// ranks agree on how many every one of them has (one small MPI_Iallreduce), and that many
-  /// run as one MPI operation on a buffer that holds them end to end. Results are those of separate
+  /// gathers more when they come close together and delays the first when they do not. While
+  /// ops still arrive less than 2 us apart the thread waits for the burst to end (up to 50 us;
+  /// a spinning blocking wait that drives the collectives does not wait). The ranks agree on
+  /// how many every one of them has (one small MPI_Iallreduce), and that many run as one MPI
+  /// operation on a buffer that holds them end to end. Results are those of separate
   /// all-reduces: bit for bit on 2 ranks and for exact values; with 3 or more ranks MPI may add
   /// float values in another order for the fused size, as for any other size. Costs every fusable
   /// all-reduce that agreement, so a lone one gets slower: turn it on where many small all-reduces
