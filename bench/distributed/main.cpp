@@ -7,7 +7,6 @@
 //   COTENSOR_BENCH_DIST_MAX_BYTES=65536 mpirun -np 2 ...    # 4 B .. 64 KiB, full iterations
 //   COTENSOR_BENCH_DIST_MIN_BYTES=4096 COTENSOR_BENCH_DIST_MAX_BYTES=4096 ...  # 4 KiB only
 //   COTENSOR_BENCH_DIST_ROUNDS=100000 ...  # rounds of the pipelined figure (default 1000)
-//   COTENSOR_BENCH_DIST_ROUNDS=100000 ...  # rounds of the pipelined figure (default 1000)
 //
 // cotensor's figure is the round trip a program sees: `dist::all_reduce(t)` then `t.wait()`,
 // so it includes the engine's dispatch, the hand-off to the communication thread, MPI's own

@@ -48,7 +48,7 @@ done
 # The table's rows: "#  bytes cotensor_us MPI_us MPI_I_us pipelined_us ...", after a run's
 # "## COTENSOR_WAIT_SPIN_US=N" line.
 echo "# medians over $rounds rounds: bytes MPI_us MPI_I_us off_us on_us off-MPI on-MPI pipelined_off_us pipelined_on_us"
-awk -v on="$spin_us" '
+awk '
   /^## COTENSOR_WAIT_SPIN_US=/ { split($2, kv, "="); spin = kv[2]; next }
   /^# +[0-9]+ / {
     b = $2; sizes[b] = 1; side = (spin == 0) ? "off" : "on"

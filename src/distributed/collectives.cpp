@@ -120,9 +120,8 @@ private:
 
 // Issues the op: its start only hands the request over, so it runs at the call when the op is
 // ready then (no hop through a backend thread before the communication thread's). `what` is a
-// literal (the op points at it).
-// `read` and `write`: the tensors, or null (no copies of them: each costs two atomic
-// reference counts on the issuing thread).
+// literal (the op points at it); `read` and `write` are the tensors, or null (pointers, not
+// copies: each copy costs two atomic reference counts on the issuing thread).
 void issue(const char* what, const tensor* read, const tensor* write, handoff start) {
   cotensor::detail::issue_quick_async_op(
       std::span<const tensor>(read, read != nullptr ? 1 : 0),

@@ -27,8 +27,10 @@ std::exception_ptr blocking_waiter::wait() {
   // With runtime_options::wait_spin, the longer spin below does that from its first poll, and
   // drives the work the result waits for: a pause-only spin first would only delay it (256
   // pauses are microseconds, during which an MPI op issued before this wait does not start).
-  for (int i = 0; spin_.count() == 0 && i < 256 && !done_.load(std::memory_order_acquire); ++i) {
-    cpu_relax();
+  if (spin_.count() == 0) {
+    for (int i = 0; i < 256 && !done_.load(std::memory_order_acquire); ++i) {
+      cpu_relax();
+    }
   }
   // The longer spin of runtime_options::wait_spin, looking at the clock every 64 polls. It
   // drives what needs a thread to move on meanwhile (MPI's progress, engine/progress.hpp), so
