@@ -18,11 +18,15 @@
 // Fusion (opt-in, communicator::set_fusion): when the next op to start is a small all-reduce,
 // the thread gathers the small all-reduces of the same dtype and op that follow it in issue
 // order and are ready (waiting while they still arrive less than 2 us apart, up to 50 us, and,
-// with a cycle time, up to it for those already issued: fusion.cpp), agrees with the other
-// ranks on how many of them every rank has (an MPI_Iallreduce of the count, MIN), and runs
-// that many as one MPI_Iallreduce on a buffer that concatenates them. Whether an op is
-// fused depends only on what every rank issued (its kind, size, dtype and the fusion settings
-// when it was issued), so every rank takes part in the same agreements.
+// with a cycle time, up to it for those already issued: fusion.cpp). On 3 or more ranks it
+// agrees with the others on how many of them every rank has (an MPI_Iallreduce of the count,
+// MIN), and runs that many as one MPI_Iallreduce on a buffer that concatenates them. On 2
+// ranks the data is the agreement: each sends the other its group, behind a head that says
+// what the group is (one message each way, on a duplicate of the group's communicator), and
+// both reduce the ops they have in common (MPI_Reduce_local, rank 0's values first); the rest
+// wait for the next group. Whether an op is fused depends only on what every rank issued (its
+// kind, size, dtype and the fusion settings when it was issued), so every rank takes part in
+// the same agreements and exchanges.
 //
 // The stall probe: each communicator has a duplicate of its MPI communicator on which the
 // threads ask each other, once an op is overdue (in flight for half the timeout), how many
@@ -65,6 +69,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace cotensor::dist::detail {
@@ -108,6 +113,41 @@ inline bool is_collective(op_kind k) noexcept { return k != op_kind::send && k !
 class comm_state;
 class gpu_comm;
 
+/// Memory kept from use to use and never zero-filled: a receive reserves room for the largest
+/// message it may get (the fusion size) and touches only what arrives.
+class raw_buffer {
+public:
+  raw_buffer() = default;
+  raw_buffer(raw_buffer&& o) noexcept
+      : data_(std::move(o.data_)), size_(std::exchange(o.size_, 0)) {}
+  raw_buffer& operator=(raw_buffer&& o) noexcept {
+    data_ = std::move(o.data_);
+    size_ = std::exchange(o.size_, 0);
+    return *this;
+  }
+  raw_buffer(const raw_buffer&) = delete;
+  raw_buffer& operator=(const raw_buffer&) = delete;
+  ~raw_buffer() = default;
+
+  std::byte* data() const noexcept { return data_.get(); }
+  std::size_t size() const noexcept { return size_; }
+  /// At least `n` bytes; what it held is lost when it grows.
+  void reserve(std::size_t n) {
+    if (n > size_) {
+      data_.reset();
+      data_.reset(new std::byte[n]);
+      size_ = n;
+    }
+  }
+
+private:
+  std::unique_ptr<std::byte[]> data_;
+  std::size_t size_ = 0;
+};
+
+/// A half of a two-rank fused all-reduce (fusion.cpp): the group sent, or the peer's received.
+enum class exchange_half : std::uint8_t { none, send, receive };
+
 /// One op for the communication thread.
 struct request {
   std::uint64_t seq = 0;       // issue order on the communicator
@@ -150,6 +190,11 @@ struct request {
   std::uint64_t fuse_mine = 0;
   std::uint64_t fuse_agreed = 0;
   std::vector<std::unique_ptr<request>> members;
+  // Two ranks' fusion: a half of the exchange, its message (head and group), and for the
+  // receive, the bytes that came.
+  exchange_half exchange = exchange_half::none;
+  raw_buffer message;
+  std::size_t received = 0;
 
   request() = default;
   request(const request&) = delete;
@@ -306,6 +351,10 @@ private:
   bool negotiate_fusion(bool helping);  // false while it waits for the group to grow
   void fusion_agreed(std::unique_ptr<request> agreement);
   void start_fused(std::vector<std::unique_ptr<request>> members);
+  // Two ranks: sends this rank's group of the ops [next_start_, end), `bytes` of data, and
+  // receives the peer's; then reduces the ops both sent.
+  void start_exchange(std::uint64_t end, std::size_t bytes, clock::time_point now);
+  void exchange_done(std::unique_ptr<request> received);
   void break_all(std::exception_ptr error);
   // The stall probe (on the thread; see the top of this file).
   void open_probe();
@@ -362,6 +411,10 @@ private:
   // A finished fused op's buffer, lent to the next one: no allocation nor zeroing per fused op
   // once it is as large as the largest (at most the fusion size).
   std::vector<std::byte> fusion_buffer_;
+  // Two ranks: the exchange's messages, lent the same way; its duplicate of comm_.
+  raw_buffer exchange_out_;
+  raw_buffer exchange_in_;
+  MPI_Comm pair_comm_ = MPI_COMM_NULL;
   std::vector<std::unique_ptr<request>> in_flight_;
   std::vector<MPI_Request> reqs_;                  // in_flight_'s, same index
   std::vector<std::unique_ptr<request>> zombies_;  // timed out, still in MPI's hands

@@ -430,6 +430,10 @@ bool comm_state::test_in_flight() {
     if (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR != MPI_SUCCESS) {
       error = mpi_error(status.MPI_ERROR,
                         std::string("cotensor::dist::") + kind_name(r->kind) + ": " + r->call);
+    } else if (r->exchange == exchange_half::receive) {
+      int got = 0;
+      MPI_Get_count(&status, MPI_BYTE, &got);
+      r->received = static_cast<std::size_t>(std::max(got, 0));
     } else if (r->kind == op_kind::recv && !r->checking) {
       int got = 0;
       MPI_Get_count(&status, mpi_type(r->type), &got);
@@ -457,6 +461,8 @@ bool comm_state::test_in_flight() {
       if (it->second) {
         negotiating_ = false;  // its ops, still ready, fail as they start: broken
         (void)mark_broken(it->second);
+      } else if (it->first->exchange == exchange_half::receive) {
+        exchange_done(std::move(it->first));
       } else {
         fusion_agreed(std::move(it->first));
       }

@@ -49,6 +49,13 @@ void comm_state::open_probe() {
     std::rethrow_exception(mpi_error(rc, "cotensor::dist: MPI_Comm_dup (stall probe)"));
   }
   MPI_Comm_set_errhandler(probe_comm_, MPI_ERRORS_RETURN);
+  if (size == 2) {  // fusion's exchanges (fusion.cpp), apart from the program's messages
+    if (const int rc = MPI_Comm_dup(comm_, &pair_comm_); rc != MPI_SUCCESS) {
+      pair_comm_ = MPI_COMM_NULL;
+      std::rethrow_exception(mpi_error(rc, "cotensor::dist: MPI_Comm_dup (two-rank fusion)"));
+    }
+    MPI_Comm_set_errhandler(pair_comm_, MPI_ERRORS_RETURN);
+  }
   // Each rank's host and process id, for the timeout's message.
   std::array<char, MPI_MAX_PROCESSOR_NAME> host{};
   int length = 0;
@@ -74,6 +81,9 @@ bool comm_state::close_probe() {
     return true;
   }
   std::lock_guard lock(mpi_lock());
+  if (pair_comm_ != MPI_COMM_NULL) {
+    MPI_Comm_free(&pair_comm_);  // no exchange left in flight: the thread drained
+  }
   if (probe_recv_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&probe_recv_);
     MPI_Wait(&probe_recv_, MPI_STATUS_IGNORE);  // a cancelled receive completes locally

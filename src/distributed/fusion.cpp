@@ -1,10 +1,13 @@
 // Fusion of small all-reduces on the communication thread (comm_state.hpp): the agreement on
-// how many to fuse, and the fused operation.
+// how many to fuse, and the fused operation; on two ranks, the exchange that is both.
 
 #include "distributed/comm_state.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <new>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -21,6 +24,30 @@ namespace {
 // the first few ops, and the rest follow in groups of their own.
 constexpr auto burst_gap = std::chrono::microseconds(2);
 constexpr auto burst_cap = std::chrono::microseconds(50);
+
+// The head of a two-rank exchange's message: what the sender's group is, so that the receiver
+// takes the ops both sent and sees a peer that issued something else. 64 bytes: the data after
+// it starts a cache line.
+struct exchange_head {
+  std::uint64_t count = 0;     // ops in the group
+  std::uint64_t coll_seq = 0;  // the first one's place among the collectives
+  std::uint64_t type = 0;      // their dtype
+  std::uint64_t op = 0;        // and reduce_op
+  std::uint64_t bytes = 0;     // of data after the head
+  std::array<std::uint64_t, 3> unused{};
+};
+static_assert(sizeof(exchange_head) == 64);
+
+constexpr int exchange_tag = 1;  // on pair_comm_, which nothing else uses
+
+std::string describe(const exchange_head& h) {
+  constexpr std::array<const char*, 4> ops = {"sum", "avg", "max", "min"};  // reduce_op's order
+  std::ostringstream s;
+  s << "collective #" << h.coll_seq << ", " << h.count << " all-reduce(s) of "
+    << (h.type < dtype_count ? name(static_cast<dtype>(h.type)) : "?") << " by "
+    << (h.op < ops.size() ? ops[h.op] : "?") << ", " << h.bytes << " bytes";
+  return s.str();
+}
 
 }  // namespace
 
@@ -69,6 +96,10 @@ bool comm_state::negotiate_fusion(bool helping) {
     if (issued > seq) {
       return false;  // more are on their way
     }
+  }
+  if (pair_comm_ != MPI_COMM_NULL) {
+    start_exchange(seq, bytes, now);
+    return true;
   }
   auto agreement = std::make_unique<request>();
   agreement->negotiating = true;
@@ -154,6 +185,150 @@ void comm_state::start_fused(std::vector<std::unique_ptr<request>> members) {
     return;
   }
   in_flight_.push_back(std::move(fused));
+}
+
+void comm_state::start_exchange(std::uint64_t end, std::size_t bytes, clock::time_point now) {
+  const request& first = *next_ready();
+  const auto deadline = now + clock::duration(timeout_.load(std::memory_order_relaxed));
+  const auto half = [&](exchange_half which, const char* call, raw_buffer& spare) {
+    auto r = std::make_unique<request>();
+    r->kind = op_kind::all_reduce;
+    r->seq = first.seq;
+    r->coll_seq = first.coll_seq;
+    r->exchange = which;
+    r->call = call;
+    r->started = now;
+    r->deadline = deadline;
+    r->message = std::move(spare);
+    return r;
+  };
+  auto out = half(exchange_half::send, "MPI_Isend (two-rank fused all-reduce)", exchange_out_);
+  auto in = half(exchange_half::receive, "MPI_Irecv (two-rank fused all-reduce)", exchange_in_);
+  in->negotiating = true;  // holds the start order until it is in
+  in->fuse_mine = end - next_start_;
+  // The peer's group is at most its fusion size, which every rank sets alike.
+  const std::size_t most = sizeof(exchange_head) + first.fusion_bytes;
+  exchange_head head;
+  head.count = end - next_start_;
+  head.coll_seq = first.coll_seq;
+  head.type = static_cast<std::uint64_t>(first.type);
+  head.op = static_cast<std::uint64_t>(first.op);
+  head.bytes = bytes;
+  try {
+    in->message.reserve(most);
+    out->message.reserve(sizeof head + bytes);
+  } catch (const std::bad_alloc&) {
+    (void)mark_broken(std::current_exception());  // the group's ops fail as they start
+    return;
+  }
+  std::memcpy(out->message.data(), &head, sizeof head);
+  std::size_t at = sizeof head;
+  for (std::uint64_t s = next_start_; s != end; ++s) {
+    const request& r = *ready_.find(s);
+    std::memcpy(out->message.data() + at, r.out, r.bytes());
+    at += r.bytes();
+  }
+  coll_started_ = std::max(coll_started_, first.coll_seq + 1);
+  const int peer = 1 - rank_;
+  std::array<MPI_Request, 2> reqs{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  int rc = MPI_SUCCESS;
+  {
+    std::lock_guard lock(mpi_lock());
+    rc = MPI_Irecv(in->message.data(), static_cast<int>(most), MPI_BYTE, peer, exchange_tag,
+                   pair_comm_, &reqs[0]);
+    if (rc == MPI_SUCCESS) {
+      rc = MPI_Isend(out->message.data(), static_cast<int>(at), MPI_BYTE, peer, exchange_tag,
+                     pair_comm_, &reqs[1]);
+    }
+  }
+  if (rc != MPI_SUCCESS) {
+    const char* call = reqs[0] == MPI_REQUEST_NULL ? in->call : out->call;
+    if (reqs[0] != MPI_REQUEST_NULL) {  // MPI holds the receive: it goes as a zombie
+      in_flight_.push_back(std::move(in));
+      reqs_.push_back(reqs[0]);
+    }
+    break_all(mark_broken(mpi_error(rc, std::string("cotensor::dist::all_reduce: ") + call)));
+    return;
+  }
+  negotiating_ = true;
+  in_flight_.push_back(std::move(in));
+  reqs_.push_back(reqs[0]);
+  in_flight_.push_back(std::move(out));
+  reqs_.push_back(reqs[1]);
+}
+
+// The peer's group is in: the ops both sent (the shorter group's) end with rank 0's values
+// reduced with rank 1's, in that order on both ranks, so that both hold the same bits. The
+// send may still be in flight: it reads its own copy.
+void comm_state::exchange_done(std::unique_ptr<request> received) {
+  negotiating_ = false;
+  const request& first = *next_ready();
+  exchange_head theirs;
+  exchange_head mine;
+  mine.coll_seq = first.coll_seq;
+  mine.type = static_cast<std::uint64_t>(first.type);
+  mine.op = static_cast<std::uint64_t>(first.op);
+  mine.count = received->fuse_mine;
+  if (received->received >= sizeof theirs) {
+    std::memcpy(&theirs, received->message.data(), sizeof theirs);
+  }
+  const std::uint64_t n = std::min(mine.count, theirs.count);
+  std::size_t bytes = 0;  // of the n ops here
+  for (std::uint64_t i = 0; i < mine.count; ++i) {
+    const std::size_t b = ready_.find(next_start_ + i)->bytes();
+    mine.bytes += b;
+    bytes += i < n ? b : 0;
+  }
+  // The peer issued the same ops in the same order: the same first one, dtype and op, and the
+  // same sizes as far as both groups go (which only the lengths can show).
+  if (received->received < sizeof theirs || received->received != sizeof theirs + theirs.bytes ||
+      n == 0 || theirs.coll_seq != mine.coll_seq || theirs.type != mine.type ||
+      theirs.op != mine.op || (n == theirs.count ? theirs.bytes != bytes : theirs.bytes < bytes)) {
+    std::ostringstream what;
+    what << "cotensor::dist::all_reduce: rank " << rank_ << " and rank " << 1 - rank_
+         << " issued different collectives (two-rank fusion): here " << describe(mine) << "; rank "
+         << 1 - rank_ << ": " << describe(theirs);
+    // The ranks no longer agree on what comes next: nothing later on this group can match.
+    exchange_in_ = std::move(received->message);
+    break_all(mark_broken(std::make_exception_ptr(std::runtime_error(what.str()))));
+    return;
+  }
+  std::vector<std::unique_ptr<request>> members;
+  members.reserve(n);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    members.push_back(ready_.take(next_start_ + i));
+  }
+  next_start_ += n;
+  coll_started_ = std::max(coll_started_, members.back()->coll_seq + 1);
+  int rc = MPI_SUCCESS;
+  {
+    std::lock_guard lock(mpi_lock());
+    const MPI_Datatype type = mpi_type(members.front()->type);
+    MPI_Op op = MPI_OP_NULL;
+    rc = mpi_op(members.front()->op, members.front()->type, op);
+    std::byte* part = received->message.data() + sizeof theirs;
+    for (auto it = members.begin(); it != members.end() && rc == MPI_SUCCESS; ++it) {
+      request& m = **it;
+      if (rank_ == 0) {  // into the peer's copy, then here
+        rc = MPI_Reduce_local(m.out, part, m.count, type, op);
+        std::memcpy(m.out, part, m.bytes());
+      } else {
+        rc = MPI_Reduce_local(part, m.out, m.count, type, op);
+      }
+      part += m.bytes();
+    }
+  }
+  exchange_in_ = std::move(received->message);
+  std::exception_ptr error;
+  if (rc != MPI_SUCCESS) {
+    error = mpi_error(rc, "cotensor::dist::all_reduce: MPI_Reduce_local");
+  }
+  if (n > 1) {
+    fused_.fetch_add(n, std::memory_order_relaxed);
+  }
+  for (auto& m : members) {
+    finish(std::move(m), error);
+  }
 }
 
 }  // namespace cotensor::dist::detail

@@ -219,6 +219,15 @@ void comm_state::start_split(std::unique_ptr<request> r) {
 }
 
 void comm_state::finish(std::unique_ptr<request> r, std::exception_ptr error) {
+  if (r->exchange == exchange_half::send) {  // the other half ended the ops
+    if (error) {
+      (void)mark_broken(std::move(error));  // the peer's receive cannot complete
+    }
+    if (r->message.size() > exchange_out_.size()) {
+      exchange_out_ = std::move(r->message);  // MPI is done with it: the next exchange's
+    }
+    return;
+  }
   if (!r->members.empty()) {  // a fused op: each member gets its part of the buffer
     const auto* part = static_cast<const std::byte*>(r->out);
     for (auto& m : r->members) {

@@ -676,6 +676,56 @@ TEST_SUITE("distributed") {
     return s != nullptr && std::string(s) == "1";
   }
 
+  // On two ranks a fused group travels with a head that says what it is (fusion.cpp).
+  TEST_CASE("two-rank fusion gives the bits of separate all-reduces and refuses ones that differ" *
+            doctest::timeout(60)) {
+    const auto world = d::communicator::world();
+    const auto fused = world.split(world.rank() < 2 ? 0 : 1, world.rank());
+    const auto plain = world.split(world.rank() < 2 ? 0 : 1, world.rank());
+    const auto odd = world.split(world.rank() < 2 ? 0 : 1, world.rank());
+    if (world.rank() >= 2) {
+      return;  // a group of one: nothing to exchange
+    }
+    fused.set_fusion(64 * 1024);
+    odd.set_fusion(64 * 1024);
+    // Values whose sums round: the same bits fused and not (rank 0's first, as MPI adds two).
+    std::vector<tensor> a;
+    std::vector<tensor> b;
+    for (int i = 0; i < 8; ++i) {
+      const tensor v = map(full({257}, 1.0F), [r = world.rank(), i](float x) {
+        return x / static_cast<float>(3 + 7 * r + i);
+      });
+      a.push_back(v + 0.0F);
+      b.push_back(v + 0.0F);
+      d::all_reduce(a.back(), d::reduce_op::sum, fused);
+      d::all_reduce(b.back(), d::reduce_op::avg, fused);
+    }
+    std::vector<tensor> a2;
+    std::vector<tensor> b2;
+    for (int i = 0; i < 8; ++i) {
+      const tensor v = map(full({257}, 1.0F), [r = world.rank(), i](float x) {
+        return x / static_cast<float>(3 + 7 * r + i);
+      });
+      a2.push_back(v + 0.0F);
+      b2.push_back(v + 0.0F);
+      d::all_reduce(a2.back(), d::reduce_op::sum, plain);
+      d::all_reduce(b2.back(), d::reduce_op::avg, plain);
+    }
+    for (std::size_t i = 0; i < 8; ++i) {
+      CHECK(a[i].to_vector() == a2[i].to_vector());
+      CHECK(b[i].to_vector() == b2[i].to_vector());
+    }
+    // Ranks that issue all-reduces of different sizes: an error on both, not garbage. (Under
+    // COTENSOR_DIST_CHECK fusion is off and the check finds it.)
+    tensor t = full({static_cast<std::int64_t>(4 + world.rank())}, 1.0F);
+    auto run = [&] {
+      d::all_reduce(t, d::reduce_op::sum, odd);
+      t.wait();
+    };
+    CHECK_THROWS_WITH_AS(run(), doctest::Contains("different"), std::runtime_error);
+    CHECK(odd.broken());
+  }
+
   TEST_CASE("COTENSOR_DIST_CHECK fails collectives that differ instead of hanging" *
             doctest::timeout(60)) {
     const auto world = d::communicator::world();

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Faults on the test hosts of hosts.sh (docs/distributed.md, "Faults"): 3 ranks, rank r on host
-# h<r>, run cotensor_dist_faults (fault_test.cpp) through mpirun_hosts.sh while one fault is
-# made, with a 4 s collective timeout (COTENSOR_DIST_TIMEOUT_S), and check what each rank saw.
+# Faults on the test hosts of hosts.sh (docs/distributed.md, "Faults"): 3 ranks (RANKS=2: 2),
+# rank r on host h<r>, run cotensor_dist_faults (fault_test.cpp) through mpirun_hosts.sh while
+# one fault is made, with a 4 s collective timeout (COTENSOR_DIST_TIMEOUT_S), and check what each
+# rank saw. The last rank (2, or 1) is the one lost.
 #
-#   faults.sh CASE PROGRAM
+#   [RANKS=2] [FAULTS_CALL=TEXT] faults.sh CASE PROGRAM
+#
+#   FAULTS_CALL     text that every expected error must hold (the MPI call in flight)
 #
 #   kill            rank 2 kills itself mid-run. mpirun ends the job: non-zero, well within
 #                   the timeout, and no process of it is left on any host.
@@ -35,12 +38,17 @@ command -v ip >/dev/null || skip "no 'ip' command (Debian: apt-get install iprou
 
 export COTENSOR_DIST_TIMEOUT_S=4
 readonly timeout_ms=4000
+readonly ranks=${RANKS:-3}
+((ranks == 2 || ranks == 3)) || fail "RANKS=$ranks: 2 or 3"
+readonly lost=$((ranks - 1))
+hosts=h0
+for ((r = 1; r < ranks; ++r)); do hosts+=,h$r; done
 report=$(mktemp -d /tmp/cotensor-faults.XXXXXX)
 out=$report/mpirun.log
 
 # Undo whatever the case did to the links, whatever happened.
 restore() {
-  ip link set cotensor-v2 up 2>/dev/null || true
+  ip link set "cotensor-v$lost" up 2>/dev/null || true
   tc qdisc del dev cotensor-v1 root 2>/dev/null || true
   ip netns exec cotensor-h1 tc qdisc del dev eth0 root 2>/dev/null || true
   ip netns exec cotensor-h1 nft delete table inet cotensor_loss 2>/dev/null || true
@@ -51,7 +59,7 @@ run() {  # [mpirun_hosts.sh options...] -- [program options...]: runs in the bac
   local opts=()
   while [[ $1 != -- ]]; do opts+=("$1"); shift; done
   shift
-  bash "$here/mpirun_hosts.sh" -np 3 --hosts h0,h1,h2 --min-bytes 0 --timeout 90 "${opts[@]}" \
+  bash "$here/mpirun_hosts.sh" -np "$ranks" --hosts "$hosts" --min-bytes 0 --timeout 90 "${opts[@]}" \
     -- "$program" --report "$report" "$@" >"$out" 2>&1 &
   pid=$!
 }
@@ -74,11 +82,13 @@ wait_files() {  # <seconds> <files...>: until every file exists and is not empty
   return 1
 }
 report_of() { cat "$report/rank$1" 2>/dev/null || echo "(no report)"; }
-expect_report() {  # <rank> <word>: the rank's report starts with <word>
-  local line
+expect_report() {  # <rank> <word>: the rank's report starts with <word> (and an error's
+  local line      # names the MPI call of FAULTS_CALL, where set)
   line=$(report_of "$1")
   echo "faults.sh: rank $1: $line"
   [[ $line == "$2 "* ]] || fail "rank $1 reported '$line', not '$2 ...'"
+  [[ $2 != expected || -z ${FAULTS_CALL:-} || $line == *"$FAULTS_CALL"* ]] ||
+    fail "rank $1's error does not name '$FAULTS_CALL'"
 }
 no_process_left() {  # within 10 s: none in the hosts, and no zombie of ours left unreaped
   local h pids zombies
@@ -98,41 +108,43 @@ exact_run() {  # 60 all-reduces, every result exact, with the link as the case m
   run -- --iterations 60
   finish
   ((rc == 0)) || fail "mpirun exited $rc"
-  for r in 0 1 2; do expect_report $r completed; done
+  for ((r = 0; r < ranks; ++r)); do expect_report $r completed; done
   echo "faults.sh: 60 exact all-reduces in $((SECONDS - start)) s"
 }
 
 case $case in
   kill)
     start=$SECONDS
-    run -- --lost-rank 2 --die-after 20
+    run -- --lost-rank $lost --die-after 20
     finish
     echo "faults.sh: mpirun exited $rc after $((SECONDS - start)) s"
-    ((rc != 0)) || fail "the job exited 0 although rank 2 was killed"
+    ((rc != 0)) || fail "the job exited 0 although rank $lost was killed"
     ((SECONDS - start < 4 + 30)) || fail "the job took $((SECONDS - start)) s"
-    grep -q "rank 2" "$out" || fail "mpirun's message does not name rank 2"
+    grep -q "rank $lost" "$out" || fail "mpirun's message does not name rank $lost"
     ;;
   kill-survivors)
-    run --mpirun-arg --enable-recovery -- --lost-rank 2 --die-after 20
+    run --mpirun-arg --enable-recovery -- --lost-rank $lost --die-after 20
     finish
     # Open MPI 4.1's mpirun exits 0 under --enable-recovery whatever the ranks return
     # (docs/distributed.md): the ranks' own reports say what happened.
-    expect_report 0 expected
-    expect_report 1 expected
-    [[ ! -s $report/rank2 || $(report_of 2) == "" ]] || fail "rank 2 wrote '$(report_of 2)'"
+    for ((r = 0; r < lost; ++r)); do expect_report $r expected; done
+    [[ ! -s $report/rank$lost || $(report_of $lost) == "" ]] ||
+      fail "rank $lost wrote '$(report_of $lost)'"
     ;;
   link-down)
-    run -- --lost-rank 2 --marker-after 20
+    run -- --lost-rank $lost --marker-after 20
     wait_files 30 "$report/marker" || { finish; fail "rank 0 never reached all-reduce #20"; }
-    ip link set cotensor-v2 down
-    echo "faults.sh: cotensor-v2 (host h2's link) down"
+    ip link set "cotensor-v$lost" down
+    echo "faults.sh: cotensor-v$lost (host h$lost's link) down"
     ok=1
-    wait_files $((timeout_ms / 1000 + 10)) "$report/rank0" "$report/rank1" "$report/rank2" || ok=0
-    ip link set cotensor-v2 up
-    echo "faults.sh: cotensor-v2 up again"
+    reports=()
+    for ((r = 0; r < ranks; ++r)); do reports+=("$report/rank$r"); done
+    wait_files $((timeout_ms / 1000 + 10)) "${reports[@]}" || ok=0
+    ip link set "cotensor-v$lost" up
+    echo "faults.sh: cotensor-v$lost up again"
     finish
     ((ok == 1)) || fail "not every rank reported within the timeout plus 10 s"
-    for r in 0 1 2; do expect_report $r expected; done
+    for ((r = 0; r < ranks; ++r)); do expect_report $r expected; done
     ((rc != 0)) || fail "the job exited 0"
     echo "faults.sh: mpirun exited $rc"
     ;;
