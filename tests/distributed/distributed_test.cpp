@@ -686,34 +686,40 @@ TEST_SUITE("distributed") {
     if (world.rank() >= 2) {
       return;  // a group of one: nothing to exchange
     }
-    fused.set_fusion(64 * 1024);
+    // A cycle, and inputs held back until all are issued: each eight fuse on any engine speed.
+    fused.set_fusion(64 * 1024, std::chrono::milliseconds(50));
     odd.set_fusion(64 * 1024);
+    const bool synchronous = runtime::current().options().synchronous;
     // Values whose sums round: the same bits fused and not (rank 0's first, as MPI adds two).
-    std::vector<tensor> a;
-    std::vector<tensor> b;
-    for (int i = 0; i < 8; ++i) {
-      const tensor v = map(full({257}, 1.0F), [r = world.rank(), i](float x) {
-        return x / static_cast<float>(3 + 7 * r + i);
-      });
-      a.push_back(v + 0.0F);
-      b.push_back(v + 0.0F);
-      d::all_reduce(a.back(), d::reduce_op::sum, fused);
-      d::all_reduce(b.back(), d::reduce_op::avg, fused);
+    // Eight of each op in a row, so that each eight can fuse.
+    const auto issue = [r = world.rank()](const d::communicator& c, std::shared_future<void> gate) {
+      std::vector<tensor> out;
+      for (const auto op : {d::reduce_op::sum, d::reduce_op::avg, d::reduce_op::max}) {
+        for (int i = 0; i < 8; ++i) {
+          out.push_back(map(full({257}, 1.0F), [r, i, gate](float x) {
+            gate.wait();
+            return x / static_cast<float>(3 + 7 * r + i);
+          }));
+          d::all_reduce(out.back(), op, c);
+        }
+      }
+      return out;
+    };
+    std::promise<void> gate;
+    const auto opened = gate.get_future().share();
+    if (synchronous) {
+      gate.set_value();  // each op runs at its call: a closed gate would never open
     }
-    std::vector<tensor> a2;
-    std::vector<tensor> b2;
-    for (int i = 0; i < 8; ++i) {
-      const tensor v = map(full({257}, 1.0F), [r = world.rank(), i](float x) {
-        return x / static_cast<float>(3 + 7 * r + i);
-      });
-      a2.push_back(v + 0.0F);
-      b2.push_back(v + 0.0F);
-      d::all_reduce(a2.back(), d::reduce_op::sum, plain);
-      d::all_reduce(b2.back(), d::reduce_op::avg, plain);
+    const auto a = issue(fused, opened);
+    if (!synchronous) {
+      gate.set_value();
     }
-    for (std::size_t i = 0; i < 8; ++i) {
-      CHECK(a[i].to_vector() == a2[i].to_vector());
-      CHECK(b[i].to_vector() == b2[i].to_vector());
+    const auto b = issue(plain, opened);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i].to_vector() == b[i].to_vector());
+    }
+    if (!synchronous && !check_mode()) {
+      CHECK(fused.fused_count() >= 16);
     }
     // Ranks that issue all-reduces of different sizes: an error on both, not garbage. (Under
     // COTENSOR_DIST_CHECK fusion is off and the check finds it.)
