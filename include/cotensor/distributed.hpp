@@ -82,25 +82,25 @@ public:
   /// also waits up to that long for those already issued whose inputs are not ready yet, which
   /// gathers more when they come close together and delays the first when they do not. While
   /// ops still arrive less than 2 us apart the thread waits for the burst to end (up to 50 us;
-  /// a spinning blocking wait that drives the collectives does not wait). On 3 or more ranks
-  /// they agree on how many every one of them has (one small MPI_Iallreduce), and that many run
-  /// as one MPI operation on a buffer that holds them end to end. On 2 ranks the data is the
-  /// agreement: each sends the other its group (one message each way, MPI_Isend and MPI_Irecv
-  /// on a duplicate of this group's MPI communicator), both reduce the ops both sent with
-  /// MPI_Reduce_local (rank 0's values first, so both ranks hold the same bits), and the rest
-  /// wait for the next group (each rank keeps room to receive `max_bytes`, which the system
-  /// backs with memory only as far as messages fill it); a message that shows the peer issued other
-  /// all-reduces (another dtype, op or size) fails both ranks' ops with std::runtime_error and
-  /// breaks the group. Results are those of separate all-reduces: bit for bit on 2 ranks for all
-  /// values but NaNs and for exact values on any number; with 3 or more ranks MPI may add float
-  /// values in another order for the fused size, as for any other size. On 3 or more ranks the
-  /// agreement makes a lone all-reduce slower; on 2 a lone one gets faster (no MPI collective).
-  /// Turn it on where many small all-reduces are in flight together (gradients), or on 2 ranks for
-  /// small all-reduces at all. `max_bytes` 0 turns it off (the default, unless
-  /// `COTENSOR_DIST_FUSION_BYTES` and `COTENSOR_DIST_FUSION_CYCLE_US` in the environment say
-  /// otherwise; splits inherit their parent's). Like a collective, every rank must make the same
-  /// call at the same point of its issue order. Not with `COTENSOR_DIST_CHECK=1`, nor for GPU
-  /// tensors (NCCL). Throws std::invalid_argument for `max_bytes` over 1 GiB or a negative cycle.
+  /// a spinning blocking wait that drives the collectives does not wait). On 3 or more ranks,
+  /// and on 2 for all-reduces over 256 KiB, they agree on how many every one of them has (one small
+  /// MPI_Iallreduce), and that many run as one MPI operation on a buffer that holds them end to
+  /// end. On 2 ranks, for groups up to 256 KiB, the data is the agreement: each sends the other its
+  /// group (one message each way, MPI_Isend and MPI_Irecv on a duplicate of this group's MPI
+  /// communicator), both reduce the ops both sent with MPI_Reduce_local (rank 0's values first, so
+  /// both ranks hold the same bits), and the rest wait for the next group; a message that shows the
+  /// peer issued other all-reduces (another dtype, op or size) fails both ranks' ops with
+  /// std::runtime_error and breaks the group. Results are those of separate all-reduces: bit for
+  /// bit on 2 ranks for all values but NaNs and for exact values on any number; with 3 or more
+  /// ranks MPI may add float values in another order for the fused size, as for any other size. On
+  /// 3 or more ranks the agreement makes a lone all-reduce slower; on 2 a lone one up to 64 KiB
+  /// gets faster (no MPI collective). Turn it on where many small all-reduces are in flight
+  /// together (gradients), or on 2 ranks for small all-reduces at all. `max_bytes` 0 turns it off
+  /// (the default, unless `COTENSOR_DIST_FUSION_BYTES` and `COTENSOR_DIST_FUSION_CYCLE_US` in the
+  /// environment say otherwise; splits inherit their parent's). Like a collective, every rank must
+  /// make the same call at the same point of its issue order. Not with `COTENSOR_DIST_CHECK=1`, nor
+  /// for GPU tensors (NCCL). Throws std::invalid_argument for `max_bytes` over 1 GiB or a negative
+  /// cycle.
   void set_fusion(std::size_t max_bytes,
                   std::chrono::microseconds cycle = std::chrono::microseconds(0)) const;
   /// How many all-reduces so far ran fused with others: in one MPI operation, or on 2 ranks in

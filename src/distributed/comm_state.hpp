@@ -18,15 +18,15 @@
 // Fusion (opt-in, communicator::set_fusion): when the next op to start is a small all-reduce,
 // the thread gathers the small all-reduces of the same dtype and op that follow it in issue
 // order and are ready (waiting while they still arrive less than 2 us apart, up to 50 us, and,
-// with a cycle time, up to it for those already issued: fusion.cpp). On 3 or more ranks it
-// agrees with the others on how many of them every rank has (an MPI_Iallreduce of the count,
-// MIN), and runs that many as one MPI_Iallreduce on a buffer that concatenates them. On 2
-// ranks the data is the agreement: each sends the other its group, behind a head that says
-// what the group is (one message each way, on a duplicate of the group's communicator), and
-// both reduce the ops they have in common (MPI_Reduce_local, rank 0's values first); the rest
-// wait for the next group. Whether an op is fused depends only on what every rank issued (its
-// kind, size, dtype and the fusion settings when it was issued), so every rank takes part in
-// the same agreements and exchanges.
+// with a cycle time, up to it for those already issued: fusion.cpp). On 3 or more ranks (and
+// on 2 for all-reduces over 256 KiB) it agrees with the others on how many of them every rank has
+// (an MPI_Iallreduce of the count, MIN), and runs that many as one MPI_Iallreduce on a buffer that
+// concatenates them. On 2 ranks, for groups up to 256 KiB, the data is the agreement: each sends
+// the other its group, behind a head that says what the group is (one message each way, on a
+// duplicate of the group's communicator), and both reduce the ops they have in common
+// (MPI_Reduce_local, rank 0's values first); the rest wait for the next group. Whether an op is
+// fused depends only on what every rank issued (its kind, size, dtype and the fusion settings when
+// it was issued), so every rank takes part in the same agreements and exchanges.
 //
 // The stall probe: each communicator has a duplicate of its MPI communicator on which the
 // threads ask each other, once an op is overdue (in flight for half the timeout), how many
@@ -114,7 +114,7 @@ class comm_state;
 class gpu_comm;
 
 /// Memory kept from use to use and never zero-filled: a receive reserves room for the largest
-/// message it may get (the fusion size) and touches only what arrives.
+/// message it may get and touches only what arrives.
 class raw_buffer {
 public:
   raw_buffer() = default;
@@ -353,7 +353,8 @@ private:
   void start_fused(std::vector<std::unique_ptr<request>> members);
   // Two ranks: sends this rank's group of the ops [next_start_, end), `bytes` of data, and
   // receives the peer's; then reduces the ops both sent.
-  void start_exchange(std::uint64_t end, std::size_t bytes, clock::time_point now);
+  void
+  start_exchange(std::uint64_t end, std::size_t bytes, clock::time_point now, std::size_t limit);
   void exchange_done(std::unique_ptr<request> received);
   void break_all(std::exception_ptr error);
   // The stall probe (on the thread; see the top of this file).

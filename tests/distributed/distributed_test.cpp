@@ -691,12 +691,13 @@ TEST_SUITE("distributed") {
     odd.set_fusion(64 * 1024);
     const bool synchronous = runtime::current().options().synchronous;
     // Values whose sums round: the same bits fused and not (rank 0's first, as MPI adds two).
-    // Eight of each op in a row, so that each eight can fuse.
-    const auto issue = [r = world.rank()](const d::communicator& c, std::shared_future<void> gate) {
+    // `n` of each op in a row, so that each `n` can fuse.
+    const auto issue = [r = world.rank()](const d::communicator& c, std::shared_future<void> gate,
+                                          int n, std::int64_t elements) {
       std::vector<tensor> out;
       for (const auto op : {d::reduce_op::sum, d::reduce_op::avg, d::reduce_op::max}) {
-        for (int i = 0; i < 8; ++i) {
-          out.push_back(map(full({257}, 1.0F), [r, i, gate](float x) {
+        for (int i = 0; i < n; ++i) {
+          out.push_back(map(full({elements}, 1.0F), [r, i, gate](float x) {
             gate.wait();
             return x / static_cast<float>(3 + 7 * r + i);
           }));
@@ -705,21 +706,31 @@ TEST_SUITE("distributed") {
       }
       return out;
     };
-    std::promise<void> gate;
-    const auto opened = gate.get_future().share();
-    if (synchronous) {
-      gate.set_value();  // each op runs at its call: a closed gate would never open
-    }
-    const auto a = issue(fused, opened);
-    if (!synchronous) {
-      gate.set_value();
-    }
-    const auto b = issue(plain, opened);
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      CHECK(a[i].to_vector() == b[i].to_vector());
-    }
+    const auto same_bits = [&](int n, std::int64_t elements) {
+      std::promise<void> gate;
+      const auto opened = gate.get_future().share();
+      if (synchronous) {
+        gate.set_value();  // each op runs at its call: a closed gate would never open
+      }
+      const auto a = issue(fused, opened, n, elements);
+      if (!synchronous) {
+        gate.set_value();
+      }
+      const auto b = issue(plain, opened, n, elements);
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        CHECK(a[i].to_vector() == b[i].to_vector());
+      }
+    };
+    same_bits(8, 257);  // groups of 8 KiB: exchanged
     if (!synchronous && !check_mode()) {
       CHECK(fused.fused_count() >= 16);
+    }
+    // Ops over 256 KiB take the agreement and one MPI_Iallreduce on two ranks too.
+    fused.set_fusion(std::size_t{1} << 20, std::chrono::milliseconds(50));
+    const auto exchanged = fused.fused_count();
+    same_bits(2, 70000);
+    if (!synchronous && !check_mode()) {
+      CHECK(fused.fused_count() >= exchanged + 4);
     }
     // Ranks that issue all-reduces of different sizes: an error on both, not garbage. (Under
     // COTENSOR_DIST_CHECK fusion is off and the check finds it.)
