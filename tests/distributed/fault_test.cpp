@@ -7,7 +7,7 @@
 // on cut off: every other rank).
 //
 //   cotensor_dist_faults --report DIR [--iterations N] [--lost-rank R]
-//                        [--die-after K] [--marker-after K]
+//                        [--die-after K] [--marker-after K] [--largest E]
 //
 //   --report        each rank writes DIR/rank<r>: "completed <n>", "expected <ms> <message>" or
 //                   "unexpected <ms> <message>"
@@ -15,6 +15,8 @@
 //   --lost-rank     the rank that dies or is cut off, which the error must name
 //   --die-after     the lost rank kills itself after this many all-reduces
 //   --marker-after  rank 0 creates DIR/marker after this many all-reduces
+//   --largest       the elements of every third all-reduce (the others have 16 and 4096;
+//                   default 262144)
 //
 // Exit: 0 when every iteration completed, 3 for the expected failure, 1 for anything else.
 // The timeout comes from COTENSOR_DIST_TIMEOUT_S, as for any program.
@@ -44,12 +46,13 @@ struct options {
   int lost_rank = -1;
   long die_after = -1;
   long marker_after = -1;
+  std::int64_t largest = 262144;
 };
 
 [[noreturn]] void usage(const char* why) {
   std::cerr << "cotensor_dist_faults: " << why
             << "\nusage: cotensor_dist_faults --report DIR [--iterations N] [--lost-rank R] "
-               "[--die-after K] [--marker-after K]\n";
+               "[--die-after K] [--marker-after K] [--largest E]\n";
   std::exit(2);
 }
 
@@ -71,6 +74,11 @@ options parse(int argc, char** argv) {
       o.die_after = std::atol(value);
     } else if (arg == "--marker-after") {
       o.marker_after = std::atol(value);
+    } else if (arg == "--largest") {
+      o.largest = std::atol(value);
+      if (o.largest < 1) {
+        usage("--largest must be positive");
+      }
     } else {
       usage(("unknown option " + arg).c_str());
     }
@@ -117,7 +125,7 @@ int main(int argc, char** argv) {
   const int rank = world.rank();
   const int size = world.size();
   const auto triangle = static_cast<float>(size * (size + 1) / 2);  // sum of rank + 1
-  const std::array<std::int64_t, 3> sizes = {16, 4096, 262144};
+  const std::array<std::int64_t, 3> sizes = {16, 4096, o.largest};
   std::ofstream report(o.report + "/rank" + std::to_string(rank));
 
   long done = 0;

@@ -4,9 +4,10 @@
 # one fault is made, with a 4 s collective timeout (COTENSOR_DIST_TIMEOUT_S), and check what each
 # rank saw. The last rank (2, or 1) is the one lost.
 #
-#   [RANKS=2] [FAULTS_CALL=TEXT] faults.sh CASE PROGRAM
+#   [RANKS=2] [FAULTS_CALL=TEXT] [FAULTS_PROGRAM_ARGS=...] faults.sh CASE PROGRAM
 #
 #   FAULTS_CALL     text that every expected error must hold (the MPI call in flight)
+#   FAULTS_PROGRAM_ARGS  more options of cotensor_dist_faults (e.g. --largest 16384)
 #
 #   kill            rank 2 kills itself mid-run. mpirun ends the job: non-zero, well within
 #                   the timeout, and no process of it is left on any host.
@@ -60,7 +61,7 @@ run() {  # [mpirun_hosts.sh options...] -- [program options...]: runs in the bac
   while [[ $1 != -- ]]; do opts+=("$1"); shift; done
   shift
   bash "$here/mpirun_hosts.sh" -np "$ranks" --hosts "$hosts" --min-bytes 0 --timeout 90 "${opts[@]}" \
-    -- "$program" --report "$report" "$@" >"$out" 2>&1 &
+    -- "$program" --report "$report" ${FAULTS_PROGRAM_ARGS:-} "$@" >"$out" 2>&1 &
   pid=$!
 }
 finish() {  # waits for the run; sets rc
