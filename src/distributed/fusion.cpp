@@ -38,6 +38,18 @@ struct exchange_head {
 };
 static_assert(sizeof(exchange_head) == 64);
 
+// The head of a group of `count` ops from `first` on, `bytes` of data: what a rank sends, and
+// what it checks the peer's against.
+exchange_head head_of(const request& first, std::uint64_t count, std::size_t bytes) {
+  exchange_head h;
+  h.count = count;
+  h.coll_seq = first.coll_seq;
+  h.type = static_cast<std::uint64_t>(first.type);
+  h.op = static_cast<std::uint64_t>(first.op);
+  h.bytes = bytes;
+  return h;
+}
+
 constexpr int exchange_tag = 1;  // on pair_comm_, which nothing else uses
 
 // The largest group two ranks exchange. Up to it one message each way and a local reduction
@@ -223,12 +235,7 @@ void comm_state::start_exchange(std::uint64_t end,
   in->fuse_mine = end - next_start_;
   // The peer's group is at most the same limit: every rank sets the fusion size alike.
   const std::size_t most = sizeof(exchange_head) + limit;
-  exchange_head head;
-  head.count = end - next_start_;
-  head.coll_seq = first.coll_seq;
-  head.type = static_cast<std::uint64_t>(first.type);
-  head.op = static_cast<std::uint64_t>(first.op);
-  head.bytes = bytes;
+  const exchange_head head = head_of(first, end - next_start_, bytes);
   try {
     in->message.reserve(most);
     out->message.reserve(sizeof head + bytes);
@@ -279,11 +286,7 @@ void comm_state::exchange_done(std::unique_ptr<request> received) {
   negotiating_ = false;
   const request& first = *next_ready();
   exchange_head theirs;
-  exchange_head mine;
-  mine.coll_seq = first.coll_seq;
-  mine.type = static_cast<std::uint64_t>(first.type);
-  mine.op = static_cast<std::uint64_t>(first.op);
-  mine.count = received->fuse_mine;
+  exchange_head mine = head_of(first, received->fuse_mine, 0);  // its bytes below
   if (received->received >= sizeof theirs) {
     std::memcpy(&theirs, received->message.data(), sizeof theirs);
   }
