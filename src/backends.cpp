@@ -2,7 +2,7 @@
 
 #include "cotensor/config.hpp"
 
-#include "cotensor/detail/engine_fwd.hpp"
+#include "cotensor/detail/waiter.hpp"
 #include "cotensor/error.hpp"
 
 #include "cpu/cpu_backend.hpp"
@@ -12,7 +12,7 @@
 #include "cuda/cuda_backend.hpp"
 #endif
 #include "engine/backend.hpp"
-#include "kernel_table.hpp"
+#include "kernels/kernel_table.hpp"
 
 #include <array>
 #include <cstddef>
@@ -24,7 +24,7 @@ namespace {
 
 /// What a device type brings: its backend, the allocator of its buffers and its kernels.
 struct device_registration {
-  std::unique_ptr<backend> (*make_backend)(const runtime_options& options) = nullptr;
+  std::unique_ptr<backend> (*make_backend)(const engine_options& options) = nullptr;
   /// Completes a host wait once the device passed a buffer's fence (backend::launched).
   void (*await_fence)(device d, std::uint64_t fence, waiter& w) = nullptr;
   device_allocator* allocator = nullptr;
@@ -68,7 +68,18 @@ std::string unavailable_message(device d) {
          cuda::unavailable_reason(d.index) + ")";
 }
 
-std::unique_ptr<backend> make_backend(device::kind type, const runtime_options& options) {
+std::string unavailable_reason(device d) {
+  return has_backend(d) ? std::string() : cuda::unavailable_reason(d.index);
+}
+
+int device_count(device::kind type) noexcept {
+  if (type == device::kind::cpu) {
+    return 1;
+  }
+  return has_device_backend(device{type, 0}) ? cuda::device_count() : 0;
+}
+
+std::unique_ptr<backend> make_backend(device::kind type, const engine_options& options) {
   return registered(device{type, 0}).make_backend(options);
 }
 

@@ -2,9 +2,9 @@
 
 #include <cotensor/cotensor.hpp>
 
+#include "engine/faults.hpp"
 #include "engine/storage.hpp"
-#include "faults.hpp"
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
 #include "support/run.hpp"
 
 #include <boost/asio/as_tuple.hpp>

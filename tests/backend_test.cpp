@@ -3,6 +3,7 @@
 #include <cotensor/cotensor.hpp>
 
 #include "engine/engine.hpp"
+#include "frontend/frontend.hpp"
 
 #include <doctest/doctest.h>
 
@@ -49,10 +50,10 @@ TEST_SUITE("backend") {
     CHECK_FALSE(detail::has_backend(device::cuda(cuda_device_count())));
     CHECK_THROWS_AS(detail::allocator_of(device::cuda(cuda_device_count())), std::system_error);
     if (cuda_device_count() == 0) {
-      CHECK_THROWS_AS(detail::make_backend(device::kind::cuda, runtime_options{}),
+      CHECK_THROWS_AS(detail::make_backend(device::kind::cuda, detail::engine_options{}),
                       std::system_error);
     }
-    auto cpu = detail::make_backend(device::kind::cpu, runtime_options{.worker_threads = 2});
+    auto cpu = detail::make_backend(device::kind::cpu, detail::engine_options{.worker_threads = 2});
     CHECK(cpu->concurrency() == 2);
     cpu->shutdown();
   }

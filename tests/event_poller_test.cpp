@@ -3,6 +3,7 @@
 #include <cotensor/cotensor.hpp>
 
 #include "engine/engine.hpp"
+#include "frontend/frontend.hpp"
 #include "support/run.hpp"
 
 #include <boost/asio/use_future.hpp>

@@ -1,5 +1,5 @@
 // The engine's internal fault injection first: it must compile on its own.
-#include "faults.hpp"
+#include "engine/faults.hpp"
 
 #include <cotensor/cotensor.hpp>
 
@@ -24,7 +24,7 @@
 #include <system_error>
 #include <vector>
 
-// Injected faults (src/faults.hpp): a failing op must reach exactly the waiters that
+// Injected faults (src/engine/faults.hpp): a failing op must reach exactly the waiters that
 // depend on it, in every form of wait, while unrelated work completes with its right values;
 // a failing allocation (of a small buffer, made at the call) must throw at the call and leave
 // nothing behind (engine_test checks a large one: it fails its op); a delayed completion

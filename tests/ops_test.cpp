@@ -3,7 +3,7 @@
 #include <cotensor/cotensor.hpp>
 
 #include "cpu/openblas.hpp"
-#include "environment.hpp"
+#include "support/environment.hpp"
 
 #include <doctest/doctest.h>
 

@@ -2,7 +2,7 @@
 
 #include <cotensor/cotensor.hpp>
 
-#include "../src/philox_normal.hpp"  // the scalar definition of randn's numbers
+#include "kernels/philox_normal.hpp"  // the scalar definition of randn's numbers
 
 #include <Random123/philox.h>
 #include <doctest/doctest.h>

@@ -2,7 +2,7 @@
 
 #include <cotensor/cotensor.hpp>
 
-#include "faults.hpp"
+#include "engine/faults.hpp"
 #include "support/run.hpp"
 
 #include <boost/asio/co_spawn.hpp>

@@ -22,6 +22,7 @@
 #include "../common.hpp"
 #include "cuda/event_poller.hpp"
 #include "engine/engine.hpp"
+#include "frontend/frontend.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -61,9 +61,10 @@ struct batcher_options {
   /// as many rows as the last batch had are queued. So under load, the first row back after a
   /// batch does not run alone: it waits for the others (at most a window).
   bool start_when_idle = false;
-  /// The dtype and device of a batch's input tensor. Rows submitted as a `tensor` must have
-  /// them; rows submitted as floats are converted to them (`astype`, `to`).
+  /// The dtype of a batch's input tensor. Rows submitted as a `tensor` must have it; rows
+  /// submitted as floats are converted to it (`astype`).
   cotensor::dtype in_dtype = cotensor::dtype::float32;
+  /// The device of a batch's input tensor, as `in_dtype` (rows as floats are copied there).
   cotensor::device in_device = cotensor::device::cpu();
 };
 
@@ -80,8 +81,10 @@ struct batcher_stats {
   /// `2^(i-1)`); the last bucket also counts every larger batch.
   std::array<std::uint64_t, 16> batch_rows_log2{};
   /// Summed over the submissions that ran: the time from `async_submit` to the start of the
-  /// submission's batch (queueing), and from that start to the batch's result (computing).
+  /// submission's batch (queueing).
   std::chrono::nanoseconds queue_time{0};
+  /// Summed over the submissions that ran: the time from the start of the submission's batch
+  /// to the batch's result (computing).
   std::chrono::nanoseconds compute_time{0};
 };
 

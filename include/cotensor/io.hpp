@@ -39,8 +39,8 @@ private:
 /// `tensors` keeps the file's order (by data offset); names are unique. `metadata` is the
 /// header's `__metadata__` map of strings (empty if absent).
 struct safetensors_file {
-  std::vector<std::pair<std::string, tensor>> tensors;
-  std::map<std::string, std::string> metadata;
+  std::vector<std::pair<std::string, tensor>> tensors;  ///< name and tensor, in file order
+  std::map<std::string, std::string> metadata;          ///< the header's `__metadata__`
 
   /// The tensor named `name`; throws `std::out_of_range` naming it if there is none.
   const tensor& at(std::string_view name) const;

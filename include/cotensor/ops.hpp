@@ -1,6 +1,5 @@
 #pragma once
 
-#include "cotensor/detail/engine_fwd.hpp"
 #include "cotensor/detail/scalar.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/dtype.hpp"
@@ -10,6 +9,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -247,6 +247,17 @@ tensor argmax(const tensor& x, int axis, bool keepdims = false);
 tensor argmin(const tensor& x);
 /// As `argmax`, for the smallest.
 tensor argmin(const tensor& x, int axis, bool keepdims = false);
+
+namespace detail {
+
+/// An elementwise kernel over a contiguous chunk: `out[i] = f(in[i])` for `i < n`. The engine
+/// calls it on backend threads, on several disjoint chunks at once.
+using unary_kernel = std::function<void(const float* in, float* out, std::int64_t n)>;
+
+/// Issues `name(x)` running `kernel` elementwise; validates eagerly, returns at once.
+tensor map_op(const tensor& x, unary_kernel kernel);
+
+}  // namespace detail
 
 /// Applies the user function `f` (float -> float) to every element of a float32 tensor, on the
 /// backend (std::invalid_argument for another dtype: `astype` first).

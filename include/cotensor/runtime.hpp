@@ -2,7 +2,6 @@
 
 #include "cotensor/asio.hpp"
 #include "cotensor/detail/async_wait.hpp"
-#include "cotensor/detail/engine_fwd.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -130,6 +129,7 @@ private:
   void trace_from_environment();
 
   std::unique_ptr<detail::engine> engine_;
+  runtime_options options_;
   runtime* previous_ = nullptr;
   bool installed_ = false;
   std::string trace_path_;  // COTENSOR_TRACE: the trace is saved there when the runtime ends

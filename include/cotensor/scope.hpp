@@ -2,7 +2,6 @@
 
 #include "cotensor/asio.hpp"
 #include "cotensor/detail/async_wait.hpp"
-#include "cotensor/detail/engine_fwd.hpp"
 
 #include <memory>
 #include <type_traits>

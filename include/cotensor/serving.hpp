@@ -50,8 +50,8 @@ namespace cotensor::serving {
 
 /// One input or output of a model.
 struct tensor_spec {
-  std::string name;
-  cotensor::dtype datatype = cotensor::dtype::float32;
+  std::string name;                                     ///< as requests name it
+  cotensor::dtype datatype = cotensor::dtype::float32;  ///< its elements' dtype
   /// The shape of one item: without the batch dimension when the model batches
   /// (`max_batch_size > 0`), the whole shape otherwise. Every extent is positive.
   std::vector<std::int64_t> dims;
@@ -67,12 +67,12 @@ struct dynamic_batching_config {
 
 /// A model's configuration, as Triton's `config.pbtxt` has it (the JSON of `GET .../config`).
 struct model_config {
-  std::string name;
+  std::string name;  ///< the model's name in URLs (`/v2/models/<name>`)
   /// 0: the model does not batch and `dims` are whole shapes. Otherwise requests carry a leading
   /// batch dimension of 1 to `max_batch_size`.
   std::int64_t max_batch_size = 0;
-  std::vector<tensor_spec> inputs;
-  std::vector<tensor_spec> outputs;
+  std::vector<tensor_spec> inputs;   ///< what an inference request carries
+  std::vector<tensor_spec> outputs;  ///< what an inference returns
   /// Present: requests are gathered into batches (`cotensor::batcher`); absent: each runs alone.
   std::optional<dynamic_batching_config> dynamic_batching;
 };
@@ -123,8 +123,8 @@ class COTENSOR_SERVING_API model_repository {
 public:
   /// A model folder that did not load, and why.
   struct failure {
-    std::string model;
-    std::string reason;
+    std::string model;   ///< the folder's name
+    std::string reason;  ///< why it did not load, in words
   };
 
   /// Adds `m` as `version` (positive) of the model `m->config().name`. Throws
@@ -179,7 +179,9 @@ class handler_state;
 /// Destroy the handler before its executor's execution context; the repository must outlive it.
 class COTENSOR_SERVING_API handler {
 public:
+  /// An HTTP request as Beast reads it.
   using request = boost::beast::http::request<boost::beast::http::string_body>;
+  /// An HTTP response as Beast writes it.
   using response = boost::beast::http::response<boost::beast::http::string_body>;
 
   /// Batch timers and completions run on `executor`.

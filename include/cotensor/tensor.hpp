@@ -2,7 +2,6 @@
 
 #include "cotensor/asio.hpp"
 #include "cotensor/detail/async_wait.hpp"
-#include "cotensor/detail/engine_fwd.hpp"
 #include "cotensor/detail/scalar.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/dtype.hpp"
@@ -16,6 +15,10 @@
 #include <vector>
 
 namespace cotensor {
+
+namespace detail {
+class storage;
+}  // namespace detail
 
 /// A handle to a row-major, contiguous array of one `dtype` (float32 unless made otherwise)
 /// whose value may still be being computed.

@@ -82,7 +82,7 @@ private:
 
 }  // namespace
 
-std::unique_ptr<backend> make_backend(const runtime_options& options) {
+std::unique_ptr<backend> make_backend(const engine_options& options) {
   return std::make_unique<cpu_backend>(options.worker_threads);
 }
 

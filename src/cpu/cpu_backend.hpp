@@ -12,7 +12,7 @@ namespace cotensor::detail::cpu {
 
 /// A CPU backend with `workers` threads (0: one per hardware thread). Raises oneTBB's
 /// process-wide parallelism limit to fit, and switches OpenBLAS's own threading off.
-std::unique_ptr<backend> make_backend(const runtime_options& options);
+std::unique_ptr<backend> make_backend(const engine_options& options);
 
 /// The allocator of host buffers: 64-byte aligned blocks from the pooled host allocator; up to
 /// 64 KiB a buffer gets its memory when it is made (storage takes those blocks itself), larger

@@ -8,7 +8,7 @@
 #include "cpu/half_convert.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/vector_clones.hpp"
-#include "element.hpp"
+#include "kernels/element.hpp"
 
 #include <boost/container/small_vector.hpp>
 

@@ -7,8 +7,8 @@
 #include "cpu/half_convert.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/openblas.hpp"
-#include "element.hpp"
-#include "host_allocator.hpp"
+#include "kernels/element.hpp"
+#include "support/host_allocator.hpp"
 
 #include <algorithm>
 #include <type_traits>

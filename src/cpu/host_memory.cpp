@@ -4,9 +4,9 @@
 #include "cotensor/config.hpp"
 
 #include "cpu/cpu_backend.hpp"
-#include "faults.hpp"
-#include "host_allocator.hpp"
-#include "spin_mutex.hpp"
+#include "engine/faults.hpp"
+#include "support/host_allocator.hpp"
+#include "support/spin_mutex.hpp"
 
 #include <algorithm>
 #include <array>

@@ -6,8 +6,8 @@
 #include "cotensor/dtype.hpp"
 #include "cotensor/shape.hpp"
 
-#include "function_ref.hpp"
-#include "kernel_table.hpp"
+#include "kernels/kernel_table.hpp"
+#include "support/function_ref.hpp"
 
 #include <cstddef>
 #include <cstdint>

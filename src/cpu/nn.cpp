@@ -3,7 +3,7 @@
 // bfloat16 compute in float, float32 accumulates in double where a row is summed.
 
 #include "cpu/kernels.hpp"
-#include "element.hpp"
+#include "kernels/element.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 #include "cpu/openblas.hpp"
 
-#include "dynamic_symbol.hpp"
-#include "environment.hpp"
+#include "support/dynamic_symbol.hpp"
+#include "support/environment.hpp"
 
 #include <cstdlib>
 #include <dlfcn.h>

@@ -3,7 +3,7 @@
 // The arithmetic is the header's, lane by lane: the numbers do not depend on the vector width.
 
 #include "cpu/kernels.hpp"
-#include "philox_normal.hpp"
+#include "kernels/philox_normal.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 // result does not depend on the number of threads.
 
 #include "cpu/kernels.hpp"
-#include "element.hpp"
+#include "kernels/element.hpp"
 
 #include <boost/container/small_vector.hpp>
 

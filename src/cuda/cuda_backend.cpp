@@ -24,7 +24,7 @@ void trim_pool(int index, std::uint64_t keep_idle, bool after_queued_frees) noex
 
 class cuda_backend final : public backend {
 public:
-  explicit cuda_backend(const runtime_options& options)
+  explicit cuda_backend(const engine_options& options)
       : options_(options), contexts_(static_cast<std::size_t>(device_count())),
         owned_(contexts_.size()) {}
 
@@ -112,7 +112,7 @@ private:
     retire_op(op);
   }
 
-  const runtime_options options_;
+  const engine_options options_;
   std::vector<std::atomic<device_context*>> contexts_;
   std::vector<std::unique_ptr<device_context>> owned_;  // guarded by mutex_
   std::mutex mutex_;
@@ -249,7 +249,7 @@ void device_memory_allocator::deallocate(device d,
   }
 }
 
-std::unique_ptr<backend> make_backend(const runtime_options& options) {
+std::unique_ptr<backend> make_backend(const engine_options& options) {
   return std::make_unique<cuda_backend>(options);
 }
 

@@ -4,7 +4,7 @@
 // Compiled only in builds with the CUDA backend (COTENSOR_WITH_CUDA).
 
 #include "engine/backend.hpp"
-#include "kernel_table.hpp"
+#include "kernels/kernel_table.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -33,7 +33,7 @@ extern const kernel_table kernel_table_of_cuda;
 
 /// The backend of every CUDA device of an engine: each device's context (streams, cuBLAS,
 /// event poller, launcher thread) is made with its first op.
-std::unique_ptr<backend> make_backend(const runtime_options& options);
+std::unique_ptr<backend> make_backend(const engine_options& options);
 
 /// Completes `w` once device `d`'s compute stream has passed `fence` (backend::launched).
 void await_fence(device d, std::uint64_t fence, waiter& w);

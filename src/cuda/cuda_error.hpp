@@ -3,7 +3,7 @@
 // CUDA's runtime and cuBLAS errors as std::error_codes, and the checks every call goes through.
 // Compiled only in builds with the CUDA backend (COTENSOR_WITH_CUDA).
 
-#include "faults.hpp"
+#include "engine/faults.hpp"
 
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>

@@ -112,7 +112,7 @@ void staging_pool::release(block b) noexcept {
 
 // --- the context -----------------------------------------------------------------------------
 
-device_context::device_context(int index, const runtime_options& options)
+device_context::device_context(int index, const engine_options& options)
     : index_(index), id_(next_context_id.fetch_add(1, std::memory_order_relaxed)),
       allow_tf32_(options.allow_tf32), events_(index),
       poller_(*this, "cuda:" + std::to_string(index)) {

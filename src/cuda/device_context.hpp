@@ -4,11 +4,11 @@
 // events, event poller, pinned staging blocks and launcher thread. Compiled only with
 // COTENSOR_WITH_CUDA.
 
-#include "cotensor/detail/engine_fwd.hpp"
-#include "cotensor/runtime.hpp"
+#include "cotensor/detail/waiter.hpp"
 
 #include "cuda/event_poller.hpp"
 #include "cuda/event_pool.hpp"
+#include "engine/options.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -98,7 +98,7 @@ class device_context final : public event_source {
 public:
   /// Sets up device `index` (its streams, poller and launcher thread; not cuBLAS). Throws
   /// std::system_error naming CUDA's error.
-  device_context(int index, const runtime_options& options);
+  device_context(int index, const engine_options& options);
   device_context(const device_context&) = delete;
   device_context& operator=(const device_context&) = delete;
   /// Runs what is queued, drains the poller (every op in flight ends), then destroys the

@@ -1,13 +1,13 @@
 // The CUDA backend's elementwise kernels for every dtype: fill, cast, binary ops (same shape,
 // with a scalar, broadcasting), unary ops and where. The element functions are the CPU's
-// (src/element.hpp, constexpr): float16 and bfloat16 compute in float and round once with the
-// same conversion, so wherever an operation is exact the GPU writes the CPU's bits. Built
+// (src/kernels/element.hpp, constexpr): float16 and bfloat16 compute in float and round once with
+// the same conversion, so wherever an operation is exact the GPU writes the CPU's bits. Built
 // without fast math or fused multiply-add (see CMakeLists.txt).
 
 #include "cuda/cuda_error.hpp"
 #include "cuda/grid.cuh"
 #include "cuda/typed_kernels.hpp"
-#include "element.hpp"
+#include "kernels/element.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 
 #include "cotensor/error.hpp"
 
-#include "spin_mutex.hpp"
+#include "support/spin_mutex.hpp"
 
 #if defined(__linux__)
 #include <sys/prctl.h>

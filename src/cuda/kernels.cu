@@ -6,7 +6,7 @@
 #include "cuda/grid.cuh"
 #include "cuda/kernels.hpp"
 #include "cuda/typed_kernels.hpp"
-#include "philox_normal.hpp"
+#include "kernels/philox_normal.hpp"
 
 #include <algorithm>
 #include <stdexcept>

@@ -4,7 +4,7 @@
 // host compiler, without nvcc) and defined in kernels.cu and reduce.cu. Each launch checks the
 // launch and throws std::system_error in `cuda_category()` if it failed.
 
-#include "kernel_table.hpp"
+#include "kernels/kernel_table.hpp"
 
 #include <cstddef>
 #include <cstdint>

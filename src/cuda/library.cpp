@@ -1,6 +1,6 @@
 #include "cuda/library.hpp"
 
-#include "environment.hpp"
+#include "support/environment.hpp"
 
 #include <cstdlib>
 #include <mutex>

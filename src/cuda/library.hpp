@@ -4,7 +4,7 @@
 // loads: cuBLAS with the first matmul on a GPU, NCCL with the first GPU collective. Compiled only
 // with COTENSOR_WITH_CUDA.
 
-#include "dynamic_symbol.hpp"
+#include "support/dynamic_symbol.hpp"
 
 #include <dlfcn.h>
 #include <string>

@@ -6,7 +6,7 @@
 #include "cuda/cuda_error.hpp"
 #include "cuda/grid.cuh"
 #include "cuda/typed_kernels.hpp"
-#include "element.hpp"
+#include "kernels/element.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -5,7 +5,7 @@
 #include "cuda/grid.cuh"
 #include "cuda/kernels.hpp"
 #include "cuda/typed_kernels.hpp"
-#include "element.hpp"
+#include "kernels/element.hpp"
 
 #include <algorithm>
 #include <cub/device/device_reduce.cuh>

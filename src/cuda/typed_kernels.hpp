@@ -5,7 +5,7 @@
 // header compiles with the host compiler) like kernels.hpp. Each launch checks the launch and
 // throws std::system_error in `cuda_category()` if it failed.
 
-#include "kernel_table.hpp"
+#include "kernels/kernel_table.hpp"
 
 #include <cstddef>
 #include <cstdint>

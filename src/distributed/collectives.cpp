@@ -9,7 +9,7 @@
 #if COTENSOR_HAVE_NCCL
 #include "distributed/nccl.hpp"
 #endif
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
 
 #include <climits>
 #include <memory>

@@ -47,7 +47,7 @@
 #include "cotensor/tensor.hpp"
 
 #include "engine/progress.hpp"
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
 
 #include <boost/container/small_vector.hpp>
 

@@ -3,7 +3,7 @@
 #include "cotensor/distributed.hpp"
 
 #include "distributed/comm_state.hpp"
-#include "environment.hpp"
+#include "support/environment.hpp"
 
 #include <algorithm>
 #include <cstdint>

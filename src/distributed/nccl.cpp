@@ -9,8 +9,8 @@
 #include "cuda/device_context.hpp"
 #include "distributed/nccl_library.hpp"
 #include "engine/engine.hpp"
-#include "environment.hpp"
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
+#include "support/environment.hpp"
 
 #include <condition_variable>
 #include <cstddef>

@@ -1,7 +1,7 @@
 #include "engine/admission.hpp"
 
 #include "cotensor/asio.hpp"
-#include "cotensor/detail/engine_fwd.hpp"
+#include "cotensor/detail/waiter.hpp"
 
 #include <boost/asio/detail/thread_context.hpp>
 

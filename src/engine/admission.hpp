@@ -13,7 +13,7 @@ namespace cotensor::detail {
 
 class waiter;
 
-/// Bounds the ops in flight and the bytes they write (runtime_options::max_in_flight and
+/// Bounds the ops in flight and the bytes they write (engine_options::max_in_flight and
 /// max_in_flight_bytes): the chapter's "don't overfill the task queue".
 ///
 /// A thread issuing an op waits for room, blocked, except a thread that runs an Asio event

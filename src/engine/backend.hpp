@@ -32,7 +32,8 @@
 
 #include "cotensor/detail/op_completion.hpp"
 #include "cotensor/device.hpp"
-#include "cotensor/runtime.hpp"
+
+#include "engine/options.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -123,9 +124,13 @@ void await_fence(device d, std::uint64_t fence, waiter& w);
 /// The backend that runs ops on `type` devices for an engine with `options` (worker_threads:
 /// its CPU workers, 0: one per hardware thread). Throws std::system_error
 /// (errc::device_unavailable) if this build has none. Registered in src/backends.cpp.
-std::unique_ptr<backend> make_backend(device::kind type, const runtime_options& options);
+std::unique_ptr<backend> make_backend(device::kind type, const engine_options& options);
 /// "device cuda:0 is not available (<why>)", for an error about a device `has_backend` refuses.
 std::string unavailable_message(device d);
+/// Why this build cannot run ops on `d` on this machine, in words; empty if it can.
+std::string unavailable_reason(device d);
+/// The devices of `type` this build can run ops on, on this machine (the CPU: 1).
+int device_count(device::kind type) noexcept;
 /// True if this build has a backend for `d`'s device type (the CPU: always).
 bool has_device_backend(device d) noexcept;
 inline bool has_backend(device d) noexcept { return d.is_cpu() || has_device_backend(d); }

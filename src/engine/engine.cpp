@@ -40,7 +40,7 @@ backend_thread_guard::~backend_thread_guard() { backend_thread_flag = previous_;
 
 void set_current_scope(tracker* t) noexcept { current_scope_tracker = t; }
 
-engine::engine(const runtime_options& options)
+engine::engine(const engine_options& options)
     : options_(options), admission_(options.max_in_flight, options.max_in_flight_bytes) {
   owned_backends_[0] = make_backend(device::kind::cpu, options_);
   backends_[0].store(owned_backends_[0].get(), std::memory_order_release);
@@ -330,8 +330,8 @@ asio::any_io_executor engine::fallback_executor() {
   return fallback_->get_executor();
 }
 
-runtime_stats engine::stats() const noexcept {
-  runtime_stats s;
+engine_stats engine::stats() const noexcept {
+  engine_stats s;
   const std::uint64_t ran_now = ran_now_.load(std::memory_order_relaxed);
   s.issued = issued_.load(std::memory_order_relaxed) + ran_now;
   s.completed = completed_.load(std::memory_order_relaxed) + ran_now;

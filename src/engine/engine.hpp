@@ -3,17 +3,17 @@
 #include "cotensor/config.hpp"
 
 #include "cotensor/asio.hpp"
-#include "cotensor/detail/engine_fwd.hpp"
+#include "cotensor/detail/waiter.hpp"
 #include "cotensor/device.hpp"
-#include "cotensor/runtime.hpp"
 
 #include "engine/admission.hpp"
 #include "engine/backend.hpp"
 #include "engine/op_node.hpp"
+#include "engine/options.hpp"
 #include "engine/storage.hpp"
 #include "engine/tracker.hpp"
 #include "engine/waits.hpp"
-#include "function_ref.hpp"
+#include "support/function_ref.hpp"
 
 #include <boost/asio/thread_pool.hpp>
 
@@ -30,7 +30,7 @@ namespace cotensor::detail {
 /// ones to the backend of their device, and retires them when they end.
 class engine {
 public:
-  explicit engine(const runtime_options& options);
+  explicit engine(const engine_options& options);
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
   /// Waits for every op issued on this engine, then stops the backends.
@@ -51,8 +51,8 @@ public:
   void wait_all(waiter& w) { tracker_->wait(w); }
   void admit(waiter& w) { admission_.admit(w); }
   asio::any_io_executor fallback_executor();
-  const runtime_options& options() const noexcept { return options_; }
-  runtime_stats stats() const noexcept;
+  const engine_options& options() const noexcept { return options_; }
+  engine_stats stats() const noexcept;
   unsigned worker_threads() const noexcept;
 
   // For backends (run_op, retire_op) and completions (op_completion).
@@ -96,7 +96,7 @@ private:
   // gone; the last retires it (`here`: on this backend thread).
   void drop_hold(op_node* op, bool here) noexcept;
 
-  runtime_options options_;
+  engine_options options_;
   std::shared_ptr<tracker> tracker_ = std::make_shared<tracker>(false);
   admission admission_;
   std::array<std::atomic<backend*>, device_kinds> backends_{};
@@ -114,26 +114,10 @@ private:
   std::unique_ptr<asio::thread_pool> fallback_;
 };
 
-/// The engine of the current runtime (defined with the runtime).
-engine& current_engine();
-
 /// The tracker of the scope current on this thread, or null (initial-exec, as above).
 extern constinit thread_local tracker* current_scope_tracker
     __attribute__((tls_model("initial-exec")));
 inline tracker* current_scope() noexcept { return current_scope_tracker; }
 void set_current_scope(tracker* t) noexcept;
-
-/// Issues an op running `kernel` on the current engine: run at once by `run_now` when it can
-/// be, else built into an op node and pushed. `reads` and `writes` may overlap.
-template <class Kernel>
-void issue(const char* name, buffer_list reads, buffer_list writes, Kernel&& kernel) {
-  engine& e = current_engine();
-  if (e.run_now(reads, writes, kernel)) {
-    return;
-  }
-  auto op = make_op(name, reads, writes);
-  op->kernel.emplace(std::forward<Kernel>(kernel));
-  e.push(std::move(op));
-}
 
 }  // namespace cotensor::detail

@@ -1,7 +1,8 @@
-#include "faults.hpp"
+#include "engine/faults.hpp"
 
 #include "engine/observer.hpp"
 #include "engine/op_node.hpp"
+#include "support/fault_hooks.hpp"
 
 #include <algorithm>
 #include <memory>
@@ -12,8 +13,6 @@
 #include <vector>
 
 namespace cotensor::detail::faults {
-
-std::atomic<bool> armed{false};
 
 namespace {
 
@@ -88,15 +87,16 @@ std::shared_ptr<fault_observer> observer() {
 
 void state::update_armed() {
   const bool now = !ops.empty() || !allocs.empty() || !cuda.empty();
-  if (now == armed.load(std::memory_order_relaxed)) {
+  if (now == fault_hooks::enabled()) {
     return;
   }
   if (now) {
+    fault_hooks::on_allocate.store(&on_allocate, std::memory_order_release);
     attach_observer(observer());
   } else {
     detach_observer(observer().get());
   }
-  armed.store(now, std::memory_order_relaxed);
+  fault_hooks::armed.store(now, std::memory_order_relaxed);
 }
 
 // Removes and returns the fault due at `count`, or none.

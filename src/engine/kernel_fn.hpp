@@ -2,7 +2,7 @@
 
 #include "cotensor/detail/op_completion.hpp"
 
-#include "host_allocator.hpp"
+#include "support/host_allocator.hpp"
 
 #include <cstddef>
 #include <new>

@@ -4,7 +4,7 @@
 
 #include "engine/observer.hpp"
 #include "engine/op_node.hpp"
-#include "environment.hpp"
+#include "support/environment.hpp"
 
 #include <memory>
 #include <mutex>

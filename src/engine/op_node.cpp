@@ -2,7 +2,7 @@
 
 #include "engine/engine.hpp"
 #include "engine/thread_counts.hpp"
-#include "host_allocator.hpp"
+#include "support/host_allocator.hpp"
 
 #include <algorithm>
 

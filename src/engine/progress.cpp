@@ -1,6 +1,6 @@
 #include "engine/progress.hpp"
 
-#include "spin_mutex.hpp"
+#include "support/spin_mutex.hpp"
 
 #include <mutex>
 #include <utility>

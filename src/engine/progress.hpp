@@ -2,7 +2,7 @@
 
 // Work that moves on only while some thread calls into it: Open MPI progresses a non-blocking
 // collective only inside MPI calls, so each communicator has a thread that polls. A blocking
-// wait that spins (runtime_options::wait_spin) lends its thread to that work instead, as
+// wait that spins (engine_options::wait_spin) lends its thread to that work instead, as
 // MPI_Wait does for its caller: while any waiter spins, a communicator's own thread sleeps and
 // the waiters poll for it, so a rank keeps one busy thread where it would keep two.
 

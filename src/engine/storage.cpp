@@ -2,7 +2,7 @@
 
 #include "engine/backend.hpp"
 #include "engine/thread_counts.hpp"
-#include "host_allocator.hpp"
+#include "support/host_allocator.hpp"
 
 #include <algorithm>
 

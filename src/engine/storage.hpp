@@ -88,7 +88,7 @@ private:
 };
 
 /// Buffers (`storage`), the bytes of their floats and op nodes alive in the process, for leak
-/// checks (runtime_stats).
+/// checks (engine_stats).
 std::int64_t live_buffers() noexcept;
 std::int64_t live_buffer_bytes() noexcept;
 std::int64_t live_op_nodes() noexcept;

@@ -1,6 +1,6 @@
 #include "engine/tracker.hpp"
 
-#include "cotensor/detail/engine_fwd.hpp"
+#include "cotensor/detail/waiter.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -1,6 +1,6 @@
 #include "engine/var.hpp"
 
-#include "cotensor/detail/engine_fwd.hpp"
+#include "cotensor/detail/waiter.hpp"
 #include "cotensor/error.hpp"
 
 #include "engine/engine.hpp"

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "spin_mutex.hpp"
+#include "support/spin_mutex.hpp"
 
 #include <cstdint>
 #include <exception>

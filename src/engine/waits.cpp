@@ -5,7 +5,7 @@
 #include "engine/backend.hpp"
 #include "engine/progress.hpp"
 #include "engine/storage.hpp"
-#include "spin_mutex.hpp"
+#include "support/spin_mutex.hpp"
 
 #include <boost/container/small_vector.hpp>
 
@@ -24,7 +24,7 @@ void blocking_waiter::complete(std::exception_ptr error) noexcept {
 
 std::exception_ptr blocking_waiter::wait() {
   // A short spin catches a result that is about to arrive without paying for a sleep/wake.
-  // With runtime_options::wait_spin, the longer spin below does that from its first poll, and
+  // With engine_options::wait_spin, the longer spin below does that from its first poll, and
   // drives the work the result waits for: a pause-only spin first would only delay it (256
   // pauses are microseconds, during which an MPI op issued before this wait does not start).
   if (spin_.count() == 0) {
@@ -32,7 +32,7 @@ std::exception_ptr blocking_waiter::wait() {
       cpu_relax();
     }
   }
-  // The longer spin of runtime_options::wait_spin, looking at the clock every 64 polls. It
+  // The longer spin of engine_options::wait_spin, looking at the clock every 64 polls. It
   // drives what needs a thread to move on meanwhile (MPI's progress, engine/progress.hpp), so
   // that the communication threads can sleep while it spins.
   if (spin_.count() > 0 && !done_.load(std::memory_order_acquire)) {

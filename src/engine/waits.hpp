@@ -1,6 +1,6 @@
 #pragma once
 
-#include "cotensor/detail/engine_fwd.hpp"
+#include "cotensor/detail/waiter.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -18,7 +18,7 @@ class storage;
 /// A thread blocked until the engine completes it; spins briefly before sleeping.
 class blocking_waiter final : public waiter {
 public:
-  /// `spin`: how long `wait` polls before it sleeps (runtime_options::wait_spin).
+  /// `spin`: how long `wait` polls before it sleeps (engine_options::wait_spin).
   explicit blocking_waiter(std::chrono::microseconds spin = {}) noexcept : spin_(spin) {}
   void complete(std::exception_ptr error) noexcept override;
   /// Blocks until `complete`, then returns its error.

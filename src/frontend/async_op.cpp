@@ -2,7 +2,7 @@
 
 #include "cotensor/error.hpp"
 
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
 
 #include <boost/container/small_vector.hpp>
 #include <boost/system/system_error.hpp>

@@ -4,7 +4,7 @@
 #include "cotensor/error.hpp"
 #include "cotensor/ops.hpp"
 
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
 
 #include <sstream>
 #include <stdexcept>

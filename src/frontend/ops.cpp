@@ -2,7 +2,7 @@
 
 #include "cotensor/error.hpp"
 
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
 
 #include <cmath>
 #include <span>

@@ -1,6 +1,6 @@
 #include "cotensor/random.hpp"
 
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
 
 #include <mutex>
 #include <string>

@@ -3,8 +3,9 @@
 #include "cotensor/wait.hpp"
 
 #include "engine/engine.hpp"
-#include "engine/recorder.hpp"
-#include "environment.hpp"
+#include "frontend/frontend.hpp"
+#include "frontend/recorder.hpp"
+#include "support/environment.hpp"
 
 #include <atomic>
 #include <cstdio>
@@ -27,6 +28,19 @@ template <class T>
 std::optional<T> number_from_environment(const char* name) {
   const auto v = detail::whole_number_from_environment(name, 0, std::numeric_limits<T>::max());
   return v ? std::optional<T>(static_cast<T>(*v)) : std::nullopt;
+}
+
+// The engine's options: the runtime's, field by field.
+detail::engine_options engine_options_of(const runtime_options& o) {
+  detail::engine_options e;
+  e.worker_threads = o.worker_threads;
+  e.max_in_flight = o.max_in_flight;
+  e.max_in_flight_bytes = o.max_in_flight_bytes;
+  e.synchronous = o.synchronous;
+  e.inline_small_ops = o.inline_small_ops;
+  e.allow_tf32 = o.allow_tf32;
+  e.wait_spin = o.wait_spin;
+  return e;
 }
 
 }  // namespace
@@ -62,7 +76,8 @@ runtime_options runtime_options::from_environment() {
   return options;
 }
 
-runtime::runtime(runtime_options options) : engine_(std::make_unique<detail::engine>(options)) {
+runtime::runtime(runtime_options options)
+    : engine_(std::make_unique<detail::engine>(engine_options_of(options))), options_(options) {
   trace_from_environment();
   // Installed last: a constructor that throws leaves the previous runtime current.
   previous_ = installed.exchange(this, std::memory_order_acq_rel);
@@ -70,7 +85,7 @@ runtime::runtime(runtime_options options) : engine_(std::make_unique<detail::eng
 }
 
 runtime::runtime(default_tag /*tag*/, runtime_options options)
-    : engine_(std::make_unique<detail::engine>(options)) {
+    : engine_(std::make_unique<detail::engine>(engine_options_of(options))), options_(options) {
   trace_from_environment();
 }
 
@@ -108,8 +123,23 @@ runtime& runtime::current() {
   return default_runtime;
 }
 
-const runtime_options& runtime::options() const noexcept { return engine_->options(); }
-runtime_stats runtime::stats() const noexcept { return engine_->stats(); }
+const runtime_options& runtime::options() const noexcept { return options_; }
+
+runtime_stats runtime::stats() const noexcept {
+  const detail::engine_stats e = engine_->stats();
+  runtime_stats s;
+  s.issued = e.issued;
+  s.completed = e.completed;
+  s.in_flight = e.in_flight;
+  s.peak_in_flight = e.peak_in_flight;
+  s.admission_waits = e.admission_waits;
+  s.admission_deferred = e.admission_deferred;
+  s.live_buffers = e.live_buffers;
+  s.live_buffer_bytes = e.live_buffer_bytes;
+  s.live_ops = e.live_ops;
+  return s;
+}
+
 unsigned runtime::worker_threads() const noexcept { return engine_->worker_threads(); }
 
 void wait_all() {

@@ -2,6 +2,7 @@
 
 #include "engine/engine.hpp"
 #include "engine/tracker.hpp"
+#include "frontend/frontend.hpp"
 
 namespace cotensor {
 

@@ -3,7 +3,7 @@
 
 #include "cotensor/ops.hpp"
 
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
 
 #include <span>
 #include <string>

@@ -2,7 +2,7 @@
 
 #include "cotensor/ops.hpp"
 
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
 
 #include <algorithm>
 #include <cstring>

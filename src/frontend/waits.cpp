@@ -1,9 +1,9 @@
 // The frontend's side of every wait: checks its arguments and hands the waiter to the engine.
 
-#include "cotensor/detail/engine_fwd.hpp"
+#include "cotensor/detail/async_wait.hpp"
 #include "cotensor/tensor.hpp"
 
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
 
 #include <boost/container/small_vector.hpp>
 

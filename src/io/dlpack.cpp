@@ -1,7 +1,7 @@
 #include "cotensor/dlpack.hpp"
 
 #include "engine/storage.hpp"
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
 
 #include <cstdint>
 #include <dlpack/dlpack.h>

@@ -1,8 +1,8 @@
 #include "io/file.hpp"
 
 #include "engine/engine.hpp"
-#include "environment.hpp"
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
+#include "support/environment.hpp"
 
 #include <cerrno>
 #include <condition_variable>

@@ -1,6 +1,6 @@
 #include "cotensor/io.hpp"
 
-#include "frontend.hpp"
+#include "frontend/frontend.hpp"
 #include "io/file.hpp"
 #include "io/json.hpp"
 

@@ -11,7 +11,7 @@
 #include <cotensor/ops.hpp>
 #include <cotensor/scope.hpp>
 
-#include "element.hpp"
+#include "core/visit_dtype.hpp"
 #include "serving/handler_state.hpp"
 #include "serving/protocol.hpp"
 

@@ -1,6 +1,6 @@
 #include "serving/protocol.hpp"
 
-#include "element.hpp"
+#include "core/visit_dtype.hpp"
 #include "serving/exact_json.hpp"
 
 #include <boost/json.hpp>

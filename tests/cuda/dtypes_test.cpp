@@ -14,8 +14,8 @@
 // Every dtype on a GPU against the same ops on the CPU. Casts, integer and bool results,
 // comparisons, where, gathers and the extremes of a reduction are exact: the same values.
 // float16/bfloat16 elementwise math computes in float and rounds once on both devices (the same
-// element functions, src/element.hpp), so + - * / of halves are the same bits too; sums, row
-// ops and GEMMs accumulate in another order and are compared within a relative bound.
+// element functions, src/kernels/element.hpp), so + - * / of halves are the same bits too; sums,
+// row ops and GEMMs accumulate in another order and are compared within a relative bound.
 
 using namespace cotensor;
 using namespace cotensor::test::cuda;

@@ -4,16 +4,51 @@
 // async_wait_all, when_all, scope::async_wait and async_admit.
 
 #include "cotensor/asio.hpp"
-#include "cotensor/detail/engine_fwd.hpp"
+#include "cotensor/detail/waiter.hpp"
 
 #include <atomic>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <utility>
 
+namespace cotensor {
+class tensor;
+}  // namespace cotensor
+
 namespace cotensor::detail {
+
+class tracker;
+
+// What the waits below start, defined by the frontend (src/frontend/waits.cpp, trace.cpp).
+
+/// Completes `w` once every write to `t`'s storage issued so far has ended.
+void start_wait(const tensor& t, waiter& w);
+/// Completes `w` once every write to each of `ts` issued so far has ended, with the first
+/// error among them in argument order.
+void start_wait(std::span<const tensor* const> ts, waiter& w);
+/// Completes `w` once every op issued so far on the current runtime has ended (no error).
+void start_wait_all(waiter& w);
+/// Completes `w` once every op issued so far through the scope owning `t` has ended, with the
+/// first error any of them raised.
+void start_wait_scope(tracker& t, waiter& w);
+/// Completes `w` once the current runtime has room for another op in flight.
+void start_admission(waiter& w);
+/// The executor that runs completion handlers that have no associated executor of their own.
+asio::any_io_executor fallback_executor();
+
+/// A wait being recorded by a trace (empty when no trace records).
+struct traced_wait_handle {
+  std::shared_ptr<void> recorder;
+  std::uint64_t index = 0;
+};
+/// Records that a wait of `kind` began on this thread, if a trace is recording.
+traced_wait_handle trace_wait_begin(const char* kind);
+/// Records that the wait ended (resumed) on this thread.
+void trace_wait_end(const traced_wait_handle& handle) noexcept;
 
 /// A wait whose handler an execution context's shutdown may have to destroy unrun.
 class pending_wait {

@@ -9,7 +9,7 @@
 
 namespace cotensor::detail {
 
-/// Elementwise binary ops (the kernels' codes; see src/kernel_table.hpp).
+/// Elementwise binary ops (the kernels' codes; see src/kernels/kernel_table.hpp).
 enum class binary_op : std::uint8_t {
   add,
   sub,

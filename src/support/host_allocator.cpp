@@ -1,8 +1,8 @@
-#include "host_allocator.hpp"
+#include "support/host_allocator.hpp"
 
 #include "cotensor/config.hpp"
 
-#include "faults.hpp"
+#include "support/fault_hooks.hpp"
 
 #include <oneapi/tbb/scalable_allocator.h>
 
@@ -76,8 +76,8 @@ std::size_t block_class(std::size_t bytes, std::size_t alignment) noexcept {
 #endif
 
 void* allocate_bytes(std::size_t bytes, std::size_t alignment) {
-  if (faults::enabled()) [[unlikely]] {
-    faults::on_allocate();
+  if (fault_hooks::enabled()) [[unlikely]] {
+    fault_hooks::allocation();
   }
 #if COTENSOR_SYSTEM_ALLOCATOR
   bytes = (bytes + alignment - 1) / alignment * alignment;

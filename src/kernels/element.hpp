@@ -8,7 +8,8 @@
 
 #include "cotensor/dtype.hpp"
 
-#include "kernel_table.hpp"
+#include "core/visit_dtype.hpp"
+#include "kernels/kernel_table.hpp"
 
 #include <cmath>
 #include <concepts>
@@ -17,33 +18,6 @@
 #include <type_traits>
 
 namespace cotensor::detail {
-
-template <class T>
-struct type_tag {
-  using type = T;
-};
-
-/// Calls `f(type_tag<T>{})` with the C++ element type of `t`.
-template <class F>
-decltype(auto) visit_dtype(dtype t, F&& f) {
-  switch (t) {
-  case dtype::boolean:
-    return f(type_tag<bool>{});
-  case dtype::int32:
-    return f(type_tag<std::int32_t>{});
-  case dtype::int64:
-    return f(type_tag<std::int64_t>{});
-  case dtype::float16:
-    return f(type_tag<float16_t>{});
-  case dtype::bfloat16:
-    return f(type_tag<bfloat16_t>{});
-  case dtype::float32:
-    return f(type_tag<float>{});
-  case dtype::float64:
-    break;
-  }
-  return f(type_tag<double>{});
-}
 
 template <class T>
 inline constexpr bool is_half_v = std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>;

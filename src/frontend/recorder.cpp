@@ -1,4 +1,4 @@
-#include "engine/recorder.hpp"
+#include "frontend/recorder.hpp"
 
 #include "engine/engine.hpp"
 

@@ -1,8 +1,11 @@
 #include "cotensor/trace.hpp"
 
+#include "cotensor/detail/async_wait.hpp"
+
 #include "engine/engine.hpp"
 #include "engine/observer.hpp"
-#include "engine/recorder.hpp"
+#include "frontend/frontend.hpp"
+#include "frontend/recorder.hpp"
 
 #include <atomic>
 #include <cerrno>

@@ -8,7 +8,7 @@
 #include "cotensor/tensor.hpp"
 
 #include "engine/engine.hpp"
-#include "kernel_table.hpp"
+#include "kernels/kernel_table.hpp"
 
 #include <boost/container/small_vector.hpp>
 
@@ -18,6 +18,23 @@
 #include <utility>
 
 namespace cotensor::detail {
+
+/// The engine of the current runtime (src/frontend/runtime.cpp): the one place
+/// the frontend finds the engine it issues to.
+engine& current_engine();
+
+/// Issues an op running `kernel` on the current engine: run at once by `run_now` when it can
+/// be, else built into an op node and pushed. `reads` and `writes` may overlap.
+template <class Kernel>
+void issue(const char* name, buffer_list reads, buffer_list writes, Kernel&& kernel) {
+  engine& e = current_engine();
+  if (e.run_now(reads, writes, kernel)) {
+    return;
+  }
+  auto op = make_op(name, reads, writes);
+  op->kernel.emplace(std::forward<Kernel>(kernel));
+  e.push(std::move(op));
+}
 
 /// Extents being built: on the stack up to shape's inline rank, so that issuing an op does not
 /// allocate.

@@ -1,4 +1,4 @@
-#include "environment.hpp"
+#include "support/environment.hpp"
 
 #include <charconv>
 #include <cstdlib>

@@ -13,7 +13,7 @@
 #include "cotensor/dtype.hpp"
 #include "cotensor/shape.hpp"
 
-#include "function_ref.hpp"
+#include "support/function_ref.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -5,14 +5,16 @@
 // allocation fail, delay the N-th op's completion) and checks that the engine hands the
 // failure to exactly the waiters that depend on it, and leaks nothing. While anything is armed, an
 // observer of ops (engine/observer.hpp) counts pushes and fails or delays the chosen op; while
-// nothing is, ops pay nothing and allocations one relaxed load of `faults::armed`, a branch the CPU
-// predicts.
+// nothing is, ops pay nothing and allocations one relaxed load of `fault_hooks::armed`, a branch
+// the CPU predicts.
 //
 // Counting starts when a fault is armed: the N-th op is the N-th op pushed on any runtime
 // afterwards (1: the next one), the N-th allocation the N-th call of `allocate_bytes`, which
 // serves buffers and op nodes alike. Arming and the count are process-wide: tests that arm
 // faults must not run ops on other threads meanwhile. The N-th CUDA call is the N-th call
 // checked by COTENSOR_CUDA_CHECK.
+
+#include "support/fault_hooks.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -28,8 +30,7 @@ public:
 };
 
 /// True while any fault is armed (and not yet spent).
-extern std::atomic<bool> armed;
-inline bool enabled() noexcept { return armed.load(std::memory_order_relaxed); }
+inline bool enabled() noexcept { return fault_hooks::enabled(); }
 
 /// Makes the `nth` op pushed from now fail (1: the next): its work is not run; it throws
 /// `injected_fault` instead.

@@ -64,8 +64,8 @@ private:
   std::uint64_t next_buffer_id_ = 0;
 };
 
-/// Starts recording a trace of the ops of `e` (src/trace.cpp). Throws std::logic_error if one
-/// is recording there.
+/// Starts recording a trace of the ops of `e` (src/frontend/trace.cpp). Throws std::logic_error if
+/// one is recording there.
 void start_recording(engine& e);
 /// Waits for the ops in flight on `e`, stops recording and returns the trace (null if none).
 std::shared_ptr<recorder> stop_recording(engine& e);
