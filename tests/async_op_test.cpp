@@ -2,13 +2,13 @@
 
 #include <cotensor/cotensor.hpp>
 
+#include "async_op_support.hpp"
 #include "engine/faults.hpp"
 #include "engine/storage.hpp"
 #include "frontend/frontend.hpp"
+#include "support/gate.hpp"
 #include "support/run.hpp"
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -34,23 +34,12 @@
 // admission, errors) follows it then.
 
 using namespace cotensor;
+using cotensor::test::fails_with;
 using cotensor::test::run_to_completion;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 
 namespace {
-
-template <class Error>
-bool fails_with(const tensor& t, const char* what) {
-  try {
-    t.wait();
-  } catch (const Error& e) {
-    return std::string(e.what()).find(what) != std::string::npos;
-  } catch (...) {
-    return false;
-  }
-  return false;
-}
 
 std::error_code error_of(const tensor& t) {
   try {
@@ -260,11 +249,11 @@ TEST_SUITE("async_op") {
     CHECK(starts.load() == 0);
   }
 
-  TEST_CASE("a waiter cancelled while the op is pending resumes at once; the op ends later" *
+  TEST_CASE("a waiter cancelled while the op is pending resumes at once: the op ends later" *
             doctest::timeout(20)) {
     using namespace asio::experimental::awaitable_operators;
-    std::promise<void> release;
-    auto gate = release.get_future().share();
+    test::gate release;
+    auto gate = release.future();
     auto y = zeros({2});
     async_op("pending", {}, {y}, [gate](async_op_context& ctx, async_op_done done) {
       std::thread([gate, out = ctx.write(0), done = std::move(done)]() mutable {
@@ -280,7 +269,7 @@ TEST_SUITE("async_op") {
       co_return winner.index();
     });
     CHECK(index == 1);
-    release.set_value();
+    release.open();
     CHECK(y.to_vector() == std::vector<float>{4, 0});
   }
 
@@ -494,130 +483,5 @@ TEST_SUITE("async_op") {
     });
     CHECK(fails_with<std::domain_error>(y, "bad old value"));
     CHECK(starts.load() == 0);
-  }
-}
-
-// cotensor's own async ops (the collectives): a start that only hands the op on runs at the
-// call when the op is ready then, and a thread of cotensor's own may end the op where it is.
-TEST_SUITE("async_op quick start") {
-  // A start that records the thread it ran on and hands `done` to `keep`.
-  struct recording_start {
-    std::promise<std::thread::id>* ran_on;
-    std::optional<async_op_done>* keep;
-    void operator()(async_op_context&, async_op_done done) {
-      keep->emplace(std::move(done));
-      ran_on->set_value(std::this_thread::get_id());
-    }
-  };
-
-  void issue_quick(const tensor& t, recording_start start) {
-    const std::vector<tensor> writes{t};
-    cotensor::detail::issue_quick_async_op(
-        {}, writes,
-        std::make_unique<cotensor::detail::async_start_for<recording_start>>("quick", start));
-  }
-
-  TEST_CASE("a quick async op ready at its call starts on the issuing thread, at any size" *
-            doctest::timeout(20)) {
-    auto y = zeros({1 << 20});  // 4 MiB: far past what runs inline for a kernel
-    y.wait();
-    std::promise<std::thread::id> ran_on;
-    std::optional<async_op_done> keep;
-    issue_quick(y, {&ran_on, &keep});
-    auto started = ran_on.get_future();
-    REQUIRE(started.wait_for(0s) == std::future_status::ready);  // before the call returned
-    CHECK(started.get() == std::this_thread::get_id());
-    (*keep)();
-    y.wait();
-  }
-
-  TEST_CASE("a quick async op not ready at its call starts later, on a backend thread" *
-            doctest::timeout(20)) {
-    auto y = zeros({1 << 16});  // 256 KiB: its writer runs on a backend thread
-    wait_all();
-    cotensor::detail::faults::delay_op(1, 100ms);  // the next op pushed: y's writer
-    y += 1.0F;
-    std::promise<std::thread::id> ran_on;
-    std::optional<async_op_done> keep;
-    issue_quick(y, {&ran_on, &keep});
-    auto started = ran_on.get_future();
-    CHECK(started.get() != std::this_thread::get_id());
-    (*keep)();
-    CHECK(y.to_vector() == std::vector<float>(1 << 16, 1.0F));
-    cotensor::detail::faults::reset();
-  }
-
-  TEST_CASE("complete_here ends the op on the calling thread" * doctest::timeout(20)) {
-    // The op's end is held back 300 ms on whichever thread runs it (fault injection): here
-    // that is the completing thread, which returns only after it (contrast with
-    // "invoking the completion only hands the op back").
-    auto y = zeros({1});
-    wait_all();
-    std::promise<std::thread::id> ran_on;
-    std::optional<async_op_done> keep;
-    cotensor::detail::faults::delay_op(1, 300ms);  // the quick op
-    issue_quick(y, {&ran_on, &keep});
-    ran_on.get_future().get();
-    auto ended = std::async(std::launch::async, [&keep] {
-      const auto start = std::chrono::steady_clock::now();
-      cotensor::detail::complete_here(*keep, nullptr);
-      return std::chrono::steady_clock::now() - start;
-    });
-    CHECK(ended.get() >= 300ms);
-    CHECK_FALSE(static_cast<bool>(*keep));  // left empty: nothing abandons the op
-    y.wait();
-    cotensor::detail::faults::reset();
-  }
-
-  TEST_CASE("a quick async op takes any dtype; its context shows floats of float32 only" *
-            doctest::timeout(20)) {
-    // The collectives' path: an int64 tensor, written through its storage, and a float32 one
-    // read as floats. A plain async_op still refuses the int64 one.
-    tensor ints = zeros({5}, dtype::int64);
-    tensor floats = full({3}, 2.0F);
-    std::size_t seen_ints = 99;
-    std::size_t seen_floats = 0;
-    struct start {
-      tensor target;
-      std::size_t* ints;
-      std::size_t* floats;
-      void operator()(async_op_context& ctx, async_op_done done) {
-        *ints = ctx.write(0).size();
-        *floats = ctx.read(0).size();
-        auto* p = target.storage()->data<std::int64_t>();
-        for (std::int64_t i = 0; i < target.numel(); ++i) {
-          p[i] = std::int64_t{1} << (40 + i);
-        }
-        done();
-      }
-    };
-    const std::vector<tensor> reads{floats};
-    const std::vector<tensor> writes{ints};
-    cotensor::detail::issue_quick_async_op(
-        reads, writes,
-        std::make_unique<cotensor::detail::async_start_for<start>>(
-            "quick", start{ints, &seen_ints, &seen_floats}));
-    const auto got = ints.to_vector<std::int64_t>();
-    CHECK(seen_ints == 0);
-    CHECK(seen_floats == 3);
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      CHECK(got[i] == std::int64_t{1} << (40 + i));
-    }
-    CHECK_THROWS_AS(
-        async_op("plain", {}, {ints}, [](async_op_context&, async_op_done done) { done(); }),
-        std::invalid_argument);
-  }
-
-  TEST_CASE("complete_here with an error fails the op and its waits" * doctest::timeout(20)) {
-    auto y = zeros({4});
-    std::promise<std::thread::id> ran_on;
-    std::optional<async_op_done> keep;
-    issue_quick(y, {&ran_on, &keep});
-    ran_on.get_future().get();
-    std::thread([&keep] {
-      cotensor::detail::complete_here(
-          *keep, std::make_exception_ptr(std::runtime_error("quick op failed")));
-    }).join();
-    CHECK(fails_with<std::runtime_error>(y, "quick op failed"));
   }
 }

@@ -2,6 +2,7 @@
 
 #include "cotensor/ops.hpp"
 
+#include "support/gate.hpp"
 #include "support/run.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -184,10 +185,9 @@ TEST_SUITE("batcher") {
   TEST_CASE("cancelling one waiter leaves the others of its batch their rows" *
             doctest::timeout(30)) {
     drained_io_context io;
-    std::promise<void> open;
-    std::shared_future<void> gate = open.get_future().share();
+    test::gate gate;
     batcher b(io.get_executor(), 1, 1,
-              [gate](const tensor& x) { return test::gated(x, gate) * 10.0f; },
+              [opened = gate.future()](const tensor& x) { return test::gated(x, opened) * 10.0f; },
               {.max_batch_rows = 3, .window = std::chrono::hours(1)});
     asio::cancellation_signal cancel;
     std::vector<std::optional<result>> out(3);
@@ -201,7 +201,7 @@ TEST_SUITE("batcher") {
     REQUIRE(run_until(io, [&] { return out[1].has_value(); }));
     CHECK(is_aborted(std::get<0>(*out[1])));
     CHECK_FALSE(out[0].has_value());  // still held by the gate
-    open.set_value();
+    gate.open();
     REQUIRE(run_until(io, [&] { return out[0].has_value() && out[2].has_value(); }));
     CHECK(std::get<1>(*out[0]) == std::vector<float>{10.0f});
     CHECK(std::get<1>(*out[2]) == std::vector<float>{30.0f});
@@ -231,9 +231,9 @@ TEST_SUITE("batcher") {
   TEST_CASE("a full queue refuses new rows with queue_full and later serves again" *
             doctest::timeout(30)) {
     drained_io_context io;
-    std::promise<void> open;
-    std::shared_future<void> gate = open.get_future().share();
-    batcher b(io.get_executor(), 1, 1, [gate](const tensor& x) { return test::gated(x, gate); },
+    test::gate gate;
+    batcher b(io.get_executor(), 1, 1,
+              [opened = gate.future()](const tensor& x) { return test::gated(x, opened); },
               {.max_batch_rows = 2,
                .window = std::chrono::hours(1),
                .max_queue_rows = 2,
@@ -248,7 +248,7 @@ TEST_SUITE("batcher") {
     CHECK(code_of(std::get<0>(*out[4])) == batcher_errc::queue_full);
     CHECK(b.stats().rejected == 1);
     CHECK(b.stats().queue_rows == 2);
-    open.set_value();
+    gate.open();
     REQUIRE(run_until(io, [&] { return out[3].has_value(); }));
     CHECK(std::get<1>(*out[3]) == std::vector<float>{4.0f});
     submit(b, {6.0f}, &out[5]);
@@ -260,9 +260,9 @@ TEST_SUITE("batcher") {
   TEST_CASE("with start_when_idle a lone row runs at once and later rows gather behind it" *
             doctest::timeout(30)) {
     drained_io_context io;
-    std::promise<void> open;
-    std::shared_future<void> gate = open.get_future().share();
-    batcher b(io.get_executor(), 1, 1, [gate](const tensor& x) { return test::gated(x, gate); },
+    test::gate gate;
+    batcher b(io.get_executor(), 1, 1,
+              [opened = gate.future()](const tensor& x) { return test::gated(x, opened); },
               {.max_batch_rows = 8,
                .window = std::chrono::hours(1),
                .max_running_batches = 1,
@@ -274,7 +274,7 @@ TEST_SUITE("batcher") {
       submit(b, {float(i + 1)}, &out[std::size_t(i)]);  // a batch runs: these gather
     }
     CHECK(b.stats().queue_rows == 3);
-    open.set_value();
+    gate.open();
     REQUIRE(run_until(io, [&] {
       return std::all_of(out.begin(), out.end(), [](auto& r) { return r.has_value(); });
     }));
@@ -285,9 +285,9 @@ TEST_SUITE("batcher") {
   TEST_CASE("with start_when_idle the first row back after a batch waits for the others" *
             doctest::timeout(30)) {
     drained_io_context io;
-    std::promise<void> open;
-    std::shared_future<void> gate = open.get_future().share();
-    batcher b(io.get_executor(), 1, 1, [gate](const tensor& x) { return test::gated(x, gate); },
+    test::gate gate;
+    batcher b(io.get_executor(), 1, 1,
+              [opened = gate.future()](const tensor& x) { return test::gated(x, opened); },
               {.max_batch_rows = 8,
                .window = std::chrono::hours(1),
                .max_running_batches = 1,
@@ -296,7 +296,7 @@ TEST_SUITE("batcher") {
     submit(b, {1.0f}, &out[0]);  // idle: runs at once
     submit(b, {2.0f}, &out[1]);  // these two gather behind it
     submit(b, {3.0f}, &out[2]);
-    open.set_value();
+    gate.open();
     REQUIRE(run_until(io, [&] { return out[2].has_value(); }));
     REQUIRE(b.stats().batches == 2);  // the last batch had two rows
     submit(b, {4.0f}, &out[3]);       // right after it: waits (the window is an hour)

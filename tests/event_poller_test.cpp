@@ -321,7 +321,7 @@ TEST_SUITE("event_poller") {
     CHECK_FALSE(source.misused());
   }
 
-  TEST_CASE("a host step's error fails its op though the event completed; the device goes on" *
+  TEST_CASE("a host step's error fails its op though the event completed: the device goes on" *
             doctest::timeout(20)) {
     fake_events source;
     cuda::event_poller poller(source, "cuda:0");

@@ -2,6 +2,7 @@
 #include <cotensor/io.hpp>
 
 #include "io/file.hpp"
+#include "support/gate.hpp"
 #include "support/run.hpp"
 
 #include <doctest/doctest.h>
@@ -435,10 +436,10 @@ TEST_SUITE("io") {
     const fs::path p = dir / "t.safetensors";
     save_safetensors(p, {{"w", full(shape{4}, 7.0)}});
     runtime rt({.worker_threads = 1});
-    std::promise<void> open;
-    const tensor held = hold_the_worker(open.get_future().share());
+    test::gate gate;
+    const tensor held = hold_the_worker(gate.future());
     const auto file = load_safetensors(p);  // returns although the only worker is busy
-    open.set_value();
+    gate.open();
     CHECK(file.at("w").to_vector() == std::vector<float>{7, 7, 7, 7});
   }
 

@@ -3,6 +3,7 @@
 #include <cotensor/cotensor.hpp>
 
 #include "engine/faults.hpp"
+#include "support/gate.hpp"
 #include "support/run.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -84,8 +85,8 @@ struct env_var {
 TEST_SUITE("runtime") {
   TEST_CASE("a full queue blocks the issuing thread until an op ends" * doctest::timeout(30)) {
     runtime rt({.max_in_flight = 8});
-    std::promise<void> gate;
-    auto x = gated(ones({1}), gate.get_future().share());
+    test::gate gate;
+    auto x = gated(ones({1}), gate.future());
     std::atomic<int> issued{1};
     std::thread frontend([&] {
       for (int i = 0; i < 100; ++i) {
@@ -101,7 +102,7 @@ TEST_SUITE("runtime") {
     std::this_thread::sleep_for(50ms);
     CHECK(issued.load() == 8);  // 8 in flight, the 9th blocked in its call
     CHECK(rt.stats().in_flight == 8);
-    gate.set_value();
+    gate.open();
     frontend.join();
     CHECK(x.item() == 101.0F);
     CHECK(rt.stats().peak_in_flight == 8);
@@ -115,13 +116,13 @@ TEST_SUITE("runtime") {
     // and we allow 48 MiB for allocator slack.
     runtime rt{runtime_options{}};
     REQUIRE(rt.options().max_in_flight == 1024);
-    std::promise<void> gate;
-    auto x = gated(zeros({4}), gate.get_future().share());
+    test::gate gate;
+    auto x = gated(zeros({4}), gate.future());
     const bool can_reset = reset_peak_rss();
     const long before = can_reset ? status_kib("VmRSS") : status_kib("VmHWM");
     std::thread opener([&] {
       std::this_thread::sleep_for(100ms);
-      gate.set_value();
+      gate.open();
     });
     for (int i = 0; i < 1'000'000; ++i) {
       x += 1.0F;
@@ -140,25 +141,25 @@ TEST_SUITE("runtime") {
   TEST_CASE("without a bound, a frontend that runs ahead queues everything" *
             doctest::timeout(60)) {
     runtime rt({.max_in_flight = 0});
-    std::promise<void> gate;
-    auto x = gated(zeros({1}), gate.get_future().share());
+    test::gate gate;
+    auto x = gated(zeros({1}), gate.future());
     for (int i = 0; i < 20'000; ++i) {
       x += 1.0F;
     }
     CHECK(rt.stats().in_flight == 20'001);
-    gate.set_value();
+    gate.open();
     CHECK(x.item() == 20'000.0F);
   }
 
   TEST_CASE("a coroutine can await admission instead of blocking its thread" *
             doctest::timeout(30)) {
     runtime rt({.max_in_flight = 2});
-    std::promise<void> gate;
-    auto x = gated(ones({1}), gate.get_future().share());
+    test::gate gate;
+    auto x = gated(ones({1}), gate.future());
     x += 1.0F;  // two in flight: full
     auto room = async_admit(asio::use_future);
     CHECK(room.wait_for(30ms) == std::future_status::timeout);
-    gate.set_value();
+    gate.open();
     CHECK(room.wait_for(10s) == std::future_status::ready);
     room.get();
     auto again = cotensor::test::run_to_completion([]() -> asio::awaitable<bool> {
@@ -175,8 +176,8 @@ TEST_SUITE("runtime") {
     // at once (the thread is not blocked: a ticker on the same loop keeps ticking), and the
     // coroutine's next wait completes only once there is room again.
     runtime rt({.worker_threads = 2, .max_in_flight = 1, .inline_small_ops = false});
-    std::promise<void> gate;
-    auto held = gated(ones({1}), gate.get_future().share());
+    test::gate gate;
+    auto held = gated(ones({1}), gate.future());
     std::atomic<bool> opened{false};
     std::atomic<int> ticks{0};
     const auto waits_before = rt.stats().admission_waits;  // `gated` itself may have waited
@@ -208,7 +209,7 @@ TEST_SUITE("runtime") {
         std::this_thread::sleep_for(1ms);
       }
       opened = true;
-      gate.set_value();
+      gate.open();
     });
     io.run();
     opener.join();
@@ -331,13 +332,13 @@ TEST_SUITE("runtime") {
             doctest::timeout(30)) {
     runtime& before = runtime::current();
     std::atomic<bool> ran{false};
-    std::promise<void> gate;
+    test::gate gate;
     std::thread opener;
     {
       runtime rt({.worker_threads = 3});
       CHECK(&runtime::current() == &rt);
       CHECK(rt.worker_threads() == 3);
-      auto shared = gate.get_future().share();
+      auto shared = gate.future();
       (void)map(ones({1}), [&ran, shared](float v) {
         shared.wait();
         ran = true;
@@ -346,7 +347,7 @@ TEST_SUITE("runtime") {
       CHECK(rt.stats().issued == 2);
       opener = std::thread([&] {
         std::this_thread::sleep_for(50ms);
-        gate.set_value();
+        gate.open();
       });
     }  // waits for the gated op
     CHECK(ran);

@@ -2,6 +2,7 @@
 
 #include <cotensor/cotensor.hpp>
 
+#include "support/gate.hpp"
 #include "support/run.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -20,14 +21,14 @@ namespace asio = boost::asio;
 
 TEST_SUITE("scope") {
   TEST_CASE("a scope's wait covers only the ops issued through it" * doctest::timeout(20)) {
-    std::promise<void> gate;
-    auto outside = gated(ones({1}), gate.get_future().share());  // held until the end
+    test::gate gate;
+    auto outside = gated(ones({1}), gate.future());  // held until the end
     scope s;
     auto inside = s.run([] { return ones({4}) * 2.0F + 1.0F; });
     s.wait();  // would hang if it waited for `outside`
     auto all = async_wait_all(asio::use_future);
     CHECK(all.wait_for(20ms) == std::future_status::timeout);
-    gate.set_value();
+    gate.open();
     all.get();
     CHECK(inside.to_vector() == std::vector<float>{3, 3, 3, 3});
     CHECK(outside.item() == 1.0F);
@@ -36,8 +37,8 @@ TEST_SUITE("scope") {
   TEST_CASE("run returns what its function returns and nests" * doctest::timeout(20)) {
     scope outer;
     scope inner;
-    std::promise<void> gate;
-    auto shared = gate.get_future().share();
+    test::gate gate;
+    auto shared = gate.future();
     tensor held;
     auto value = outer.run([&] {
       inner.run([&] { held = gated(ones({1}), shared); });
@@ -47,7 +48,7 @@ TEST_SUITE("scope") {
     CHECK(value.item() == 42.0F);
     auto inner_done = inner.async_wait(asio::use_future);
     CHECK(inner_done.wait_for(20ms) == std::future_status::timeout);
-    gate.set_value();
+    gate.open();
     inner_done.get();
   }
 
@@ -75,8 +76,8 @@ TEST_SUITE("scope") {
 
   TEST_CASE("concurrent requests each wait for their own scope only" * doctest::timeout(30)) {
     asio::io_context io;
-    std::promise<void> gate;
-    auto shared = gate.get_future().share();
+    test::gate gate;
+    auto shared = gate.future();
     int done = 0;
     float total = 0;
     // Request 0 is held at a gate; the others must all finish while it is.
@@ -99,7 +100,7 @@ TEST_SUITE("scope") {
       io.run_for(5ms);
     }
     CHECK(done == 49);
-    gate.set_value();
+    gate.open();
     io.run();
     CHECK(done == 50);
     CHECK(total == doctest::Approx(8.0 * (49.0 * 50.0 / 2.0 + 49.0)));

@@ -2,6 +2,7 @@
 
 #include <cotensor/cotensor.hpp>
 
+#include "support/gate.hpp"
 #include "support/run.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -45,12 +46,12 @@ bool is_aborted(std::exception_ptr e) {
 
 TEST_SUITE("wait") {
   TEST_CASE("wait blocks until the value is computed" * doctest::timeout(20)) {
-    std::promise<void> gate;
-    auto x = gated(full({1}, 3.0F), gate.get_future().share());
+    test::gate gate;
+    auto x = gated(full({1}, 3.0F), gate.future());
     auto y = x + 1.0F;
     std::thread opener([&] {
       std::this_thread::sleep_for(50ms);
-      gate.set_value();
+      gate.open();
     });
     y.wait();
     CHECK(y.to_vector() == std::vector<float>{4});
@@ -59,20 +60,20 @@ TEST_SUITE("wait") {
 
   TEST_CASE("wait_all waits for every op issued before it, not for later ones" *
             doctest::timeout(20)) {
-    std::promise<void> first_gate;
-    std::promise<void> later_gate;
-    auto a = gated(ones({1}), first_gate.get_future().share()) * 2.0F;
+    test::gate first_gate;
+    test::gate later_gate;
+    auto a = gated(ones({1}), first_gate.future()) * 2.0F;
     auto all = async_wait_all(asio::use_future);  // covers `a` only
-    auto later = gated(ones({1}), later_gate.get_future().share());
+    auto later = gated(ones({1}), later_gate.future());
     std::this_thread::sleep_for(20ms);
     CHECK_FALSE(all.wait_for(0s) == std::future_status::ready);
-    first_gate.set_value();
+    first_gate.open();
     CHECK(all.wait_for(10s) == std::future_status::ready);
     all.get();
     CHECK(a.item() == 2.0F);
     auto held = when_all(later)(asio::use_future);
     CHECK_FALSE(is_ready(held));  // `later` is still held at its gate
-    later_gate.set_value();
+    later_gate.open();
     CHECK(held.wait_for(10s) == std::future_status::ready);
   }
 
@@ -136,8 +137,8 @@ TEST_SUITE("wait") {
   TEST_CASE("a wait raced against a timer with || is cancelled promptly, and the op runs on" *
             doctest::timeout(30)) {
     using namespace asio::experimental::awaitable_operators;
-    std::promise<void> gate;
-    auto shared_gate = gate.get_future().share();
+    test::gate gate;
+    auto shared_gate = gate.future();
     auto slow = gated(full({3}, 5.0F), shared_gate) + 1.0F;
     auto index = run_to_completion([slow]() -> asio::awaitable<std::size_t> {
       asio::steady_timer timer(co_await asio::this_coro::executor, 20ms);
@@ -146,7 +147,7 @@ TEST_SUITE("wait") {
       co_return winner.index();
     });
     CHECK(index == 1);  // the timer won; the wait was abandoned
-    gate.set_value();
+    gate.open();
     CHECK(slow.to_vector() == std::vector<float>{6, 6, 6});  // the op ran on, its buffer alive
   }
 
@@ -168,8 +169,8 @@ TEST_SUITE("wait") {
     for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial,
                       asio::cancellation_type::total}) {
       CAPTURE(static_cast<int>(type));
-      std::promise<void> gate;
-      auto held = gated(ones({1}), gate.get_future().share());
+      test::gate gate;
+      auto held = gated(ones({1}), gate.future());
       asio::io_context io;
       asio::cancellation_signal signal;
       std::exception_ptr result;
@@ -183,7 +184,7 @@ TEST_SUITE("wait") {
       io.run();  // returns: the cancelled wait holds no work on io
       CHECK(called);
       CHECK(is_aborted(result));
-      gate.set_value();
+      gate.open();
       CHECK(held.item() == 1.0F);
     }
   }
@@ -206,10 +207,10 @@ TEST_SUITE("wait") {
     CHECK(calls == 1);
   }
 
-  TEST_CASE("destroying an io_context destroys its pending waits' handlers unrun; the op runs on" *
+  TEST_CASE("destroying an io_context destroys its pending waits' handlers unrun: the op runs on" *
             doctest::timeout(20)) {
-    std::promise<void> gate;
-    auto held = gated(full({2}, 4.0F), gate.get_future().share());
+    test::gate gate;
+    auto held = gated(full({2}, 4.0F), gate.future());
     auto alive = std::make_shared<int>(0);
     bool called = false;
     {
@@ -219,7 +220,7 @@ TEST_SUITE("wait") {
       CHECK(alive.use_count() == 2);
     }
     CHECK(alive.use_count() == 1);  // the context's shutdown destroyed the handler
-    gate.set_value();               // the op ends after the context is gone: nothing is posted
+    gate.open();                    // the op ends after the context is gone: nothing is posted
     CHECK(held.to_vector() == std::vector<float>{4, 4});
     wait_all();
     CHECK_FALSE(called);
@@ -231,8 +232,8 @@ TEST_SUITE("wait") {
       bool* destroyed;
       ~sentinel() { *destroyed = true; }
     };
-    std::promise<void> gate;
-    auto held = gated(full({1}, 2.0F), gate.get_future().share());
+    test::gate gate;
+    auto held = gated(full({1}, 2.0F), gate.future());
     bool destroyed = false;
     bool resumed = false;
     {
@@ -249,7 +250,7 @@ TEST_SUITE("wait") {
       CHECK_FALSE(destroyed);
     }
     CHECK(destroyed);
-    gate.set_value();
+    gate.open();
     CHECK(held.item() == 2.0F);
     CHECK_FALSE(resumed);
   }
@@ -258,15 +259,15 @@ TEST_SUITE("wait") {
             "the handler" *
             doctest::timeout(60)) {
     for (int i = 0; i < 200; ++i) {
-      std::promise<void> gate;
-      auto held = gated(ones({1}), gate.get_future().share());
+      test::gate gate;
+      auto held = gated(ones({1}), gate.future());
       auto alive = std::make_shared<int>(0);
       bool called = false;
       {
         asio::io_context io;
         held.async_wait(
             asio::bind_executor(io, [&called, alive](std::exception_ptr) { called = true; }));
-        gate.set_value();
+        gate.open();
         if (i % 2 == 0) {
           std::this_thread::yield();
         }

@@ -15,6 +15,7 @@
 #include "cotensor/ops.hpp"
 #include "cotensor/random.hpp"
 #include "cotensor/runtime.hpp"
+#include "cotensor/scalar.hpp"
 #include "cotensor/scope.hpp"
 #include "cotensor/shape.hpp"
 #include "cotensor/tensor.hpp"

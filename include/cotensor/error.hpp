@@ -34,11 +34,3 @@ inline std::error_code make_error_code(errc e) noexcept {
 
 template <>
 struct std::is_error_code_enum<cotensor::errc> : std::true_type {};
-
-/// Aborts with the file and line when a precondition that only a bug can break is false.
-#define COTENSOR_ASSERT(cond)                                                                      \
-  ((cond) ? static_cast<void>(0) : ::cotensor::detail::assert_fail(#cond, __FILE__, __LINE__))
-
-namespace cotensor::detail {
-[[noreturn]] void assert_fail(const char* expr, const char* file, int line) noexcept;
-}  // namespace cotensor::detail

@@ -1,8 +1,8 @@
 #pragma once
 
-#include "cotensor/detail/scalar.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/dtype.hpp"
+#include "cotensor/scalar.hpp"
 #include "cotensor/shape.hpp"
 #include "cotensor/tensor.hpp"
 
@@ -73,42 +73,14 @@ tensor operator-(const tensor& a, const tensor& b);
 tensor operator*(const tensor& a, const tensor& b);
 tensor operator/(const tensor& a, const tensor& b);
 
-namespace detail {
-tensor scalar_op(binary_op op, const tensor& a, scalar s, bool scalar_left, const char* name);
-}  // namespace detail
-
-template <detail::arithmetic S>
-tensor operator+(const tensor& a, S b) {
-  return detail::scalar_op(detail::binary_op::add, a, detail::make_scalar(b), false, "operator+");
-}
-template <detail::arithmetic S>
-tensor operator-(const tensor& a, S b) {
-  return detail::scalar_op(detail::binary_op::sub, a, detail::make_scalar(b), false, "operator-");
-}
-template <detail::arithmetic S>
-tensor operator*(const tensor& a, S b) {
-  return detail::scalar_op(detail::binary_op::mul, a, detail::make_scalar(b), false, "operator*");
-}
-template <detail::arithmetic S>
-tensor operator/(const tensor& a, S b) {
-  return detail::scalar_op(detail::binary_op::div, a, detail::make_scalar(b), false, "operator/");
-}
-template <detail::arithmetic S>
-tensor operator+(S a, const tensor& b) {
-  return detail::scalar_op(detail::binary_op::add, b, detail::make_scalar(a), true, "operator+");
-}
-template <detail::arithmetic S>
-tensor operator-(S a, const tensor& b) {
-  return detail::scalar_op(detail::binary_op::sub, b, detail::make_scalar(a), true, "operator-");
-}
-template <detail::arithmetic S>
-tensor operator*(S a, const tensor& b) {
-  return detail::scalar_op(detail::binary_op::mul, b, detail::make_scalar(a), true, "operator*");
-}
-template <detail::arithmetic S>
-tensor operator/(S a, const tensor& b) {
-  return detail::scalar_op(detail::binary_op::div, b, detail::make_scalar(a), true, "operator/");
-}
+tensor operator+(const tensor& a, scalar b);
+tensor operator-(const tensor& a, scalar b);
+tensor operator*(const tensor& a, scalar b);
+tensor operator/(const tensor& a, scalar b);
+tensor operator+(scalar a, const tensor& b);
+tensor operator-(scalar a, const tensor& b);
+tensor operator*(scalar a, const tensor& b);
+tensor operator/(scalar a, const tensor& b);
 
 /// Elementwise comparisons, giving bool tensors; the operands promote as in arithmetic (a
 /// scalar weakly). NaN compares unequal to everything, itself included.
@@ -118,30 +90,12 @@ tensor operator<(const tensor& a, const tensor& b);
 tensor operator<=(const tensor& a, const tensor& b);
 tensor operator>(const tensor& a, const tensor& b);
 tensor operator>=(const tensor& a, const tensor& b);
-template <detail::arithmetic S>
-tensor operator==(const tensor& a, S b) {
-  return detail::scalar_op(detail::binary_op::eq, a, detail::make_scalar(b), false, "operator==");
-}
-template <detail::arithmetic S>
-tensor operator!=(const tensor& a, S b) {
-  return detail::scalar_op(detail::binary_op::ne, a, detail::make_scalar(b), false, "operator!=");
-}
-template <detail::arithmetic S>
-tensor operator<(const tensor& a, S b) {
-  return detail::scalar_op(detail::binary_op::lt, a, detail::make_scalar(b), false, "operator<");
-}
-template <detail::arithmetic S>
-tensor operator<=(const tensor& a, S b) {
-  return detail::scalar_op(detail::binary_op::le, a, detail::make_scalar(b), false, "operator<=");
-}
-template <detail::arithmetic S>
-tensor operator>(const tensor& a, S b) {
-  return detail::scalar_op(detail::binary_op::gt, a, detail::make_scalar(b), false, "operator>");
-}
-template <detail::arithmetic S>
-tensor operator>=(const tensor& a, S b) {
-  return detail::scalar_op(detail::binary_op::ge, a, detail::make_scalar(b), false, "operator>=");
-}
+tensor operator==(const tensor& a, scalar b);
+tensor operator!=(const tensor& a, scalar b);
+tensor operator<(const tensor& a, scalar b);
+tensor operator<=(const tensor& a, scalar b);
+tensor operator>(const tensor& a, scalar b);
+tensor operator>=(const tensor& a, scalar b);
 
 /// Elementwise logical ops, giving bool tensors: each operand is taken as `x != 0`.
 tensor logical_and(const tensor& a, const tensor& b);

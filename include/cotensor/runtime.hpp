@@ -14,6 +14,7 @@ namespace cotensor {
 
 namespace detail {
 class engine;
+engine& current_engine();
 }  // namespace detail
 
 /// How a runtime runs its ops.
@@ -120,10 +121,9 @@ public:
   /// The number of backend worker threads.
   unsigned worker_threads() const noexcept;
 
-  /// Internal: the engine, for cotensor's own implementation; not part of the API.
-  detail::engine& engine() noexcept { return *engine_; }
 
 private:
+  friend detail::engine& detail::current_engine();
   struct default_tag {};
   runtime(default_tag, runtime_options options);
   void trace_from_environment();

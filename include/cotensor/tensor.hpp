@@ -2,9 +2,9 @@
 
 #include "cotensor/asio.hpp"
 #include "cotensor/detail/async_wait.hpp"
-#include "cotensor/detail/scalar.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/dtype.hpp"
+#include "cotensor/scalar.hpp"
 #include "cotensor/shape.hpp"
 
 #include <cstdint>
@@ -18,6 +18,11 @@ namespace cotensor {
 
 namespace detail {
 class storage;
+/// The key to the constructors that only cotensor's own implementation calls.
+struct internal_key {
+  explicit internal_key() = default;
+};
+inline constexpr internal_key internal{};
 }  // namespace detail
 
 /// A handle to a row-major, contiguous array of one `dtype` (float32 unless made otherwise)
@@ -150,42 +155,31 @@ public:
   tensor& operator+=(const tensor& rhs);
   /// In place: adds the scalar `rhs` to every element (weak: `int32 += 2` stays int32; a
   /// float scalar on an integer tensor does not fit and throws).
-  template <detail::arithmetic S>
-  tensor& operator+=(S rhs) {
-    return update(detail::binary_op::add, detail::make_scalar(rhs), "operator+=");
-  }
+  tensor& operator+=(scalar rhs);
   /// In place: subtracts `rhs`, as `+=`.
   tensor& operator-=(const tensor& rhs);
   /// In place: subtracts the scalar `rhs` from every element, as `+=`.
-  template <detail::arithmetic S>
-  tensor& operator-=(S rhs) {
-    return update(detail::binary_op::sub, detail::make_scalar(rhs), "operator-=");
-  }
+  tensor& operator-=(scalar rhs);
   /// In place: multiplies by `rhs`, as `+=`.
   tensor& operator*=(const tensor& rhs);
   /// In place: multiplies every element by the scalar `rhs`, as `+=`.
-  template <detail::arithmetic S>
-  tensor& operator*=(S rhs) {
-    return update(detail::binary_op::mul, detail::make_scalar(rhs), "operator*=");
-  }
+  tensor& operator*=(scalar rhs);
   /// In place: divides by `rhs`, as `+=` (true division: only float tensors).
   tensor& operator/=(const tensor& rhs);
   /// In place: divides every element by the scalar `rhs`, as `+=`.
-  template <detail::arithmetic S>
-  tensor& operator/=(S rhs) {
-    return update(detail::binary_op::div, detail::make_scalar(rhs), "operator/=");
-  }
+  tensor& operator/=(scalar rhs);
 
-  /// Internal: a tensor made from a buffer, for cotensor's own implementation; not part of
-  /// the API.
-  tensor(std::shared_ptr<detail::storage> storage, cotensor::shape s) noexcept;
+  /// Internal: a tensor made from a buffer, for cotensor's own implementation (the key is
+  /// `detail::internal`); not part of the API.
+  tensor(detail::internal_key,
+         std::shared_ptr<detail::storage> storage,
+         cotensor::shape s) noexcept;
   /// Internal: the buffer, for cotensor's own implementation; not part of the API.
   const std::shared_ptr<detail::storage>& storage() const noexcept { return storage_; }
 
 private:
   void require_defined(const char* what) const;
   void read_to_host(cotensor::dtype t, void* out, const char* what) const;
-  tensor& update(detail::binary_op op, detail::scalar s, const char* what);
 
   std::shared_ptr<detail::storage> storage_;
   cotensor::shape shape_;

@@ -1,7 +1,5 @@
 #include "cotensor/error.hpp"
 
-#include <cstdio>
-#include <cstdlib>
 
 namespace cotensor {
 namespace {
@@ -31,12 +29,4 @@ const std::error_category& error_category() noexcept {
   return instance;
 }
 
-namespace detail {
-
-void assert_fail(const char* expr, const char* file, int line) noexcept {
-  std::fprintf(stderr, "%s:%d: cotensor assertion failed: %s\n", file, line, expr);
-  std::abort();
-}
-
-}  // namespace detail
 }  // namespace cotensor

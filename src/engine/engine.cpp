@@ -4,6 +4,7 @@
 
 #include "engine/nvtx.hpp"
 #include "engine/observer.hpp"
+#include "support/assert.hpp"
 
 #include <optional>
 #include <stdexcept>

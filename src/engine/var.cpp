@@ -4,6 +4,7 @@
 #include "cotensor/error.hpp"
 
 #include "engine/engine.hpp"
+#include "support/assert.hpp"
 
 #include <boost/container/small_vector.hpp>
 

@@ -72,6 +72,8 @@ tensor cast_to(const tensor& x, dtype t, const char* op);
 /// The C++ scalar `s` as a kernel's operand of dtype `t`; std::invalid_argument if an integer
 /// does not fit `t`.
 scalar_arg scalar_for(const char* op, scalar s, dtype t);
+/// a ⊗ s (or s ⊗ a when `scalar_left`), the scalar weak in promotion.
+tensor scalar_op(binary_op kind, const tensor& a, scalar s, bool scalar_left, const char* op);
 /// a ⊗ b, promoted and broadcast.
 tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b);
 /// Checks that `a` and `b` are on one device.

@@ -75,7 +75,7 @@ tensor cast_to(const tensor& x, dtype t, const char* op) {
   issue("astype", {in}, {out}, [k = &k, from, t, pin = in.get(), po = out.get(), n = x.numel()] {
     k->cast(from, pin->raw(), t, po->raw(), n);
   });
-  return {std::move(out), x.shape()};
+  return {detail::internal, std::move(out), x.shape()};
 }
 
 scalar_arg scalar_for(const char* op, scalar s, dtype t) {
@@ -85,27 +85,27 @@ scalar_arg scalar_for(const char* op, scalar s, dtype t) {
     // (NEP 50) and PyTorch, so `float16 * 0.1` multiplies by float16(0.1); converted as astype
     // converts a float64 (through float32, as PyTorch), so `x + v` is `x + full(v, dtype)`.
     if (t == dtype::float16) {
-      a.f = static_cast<float>(float16_t(static_cast<float>(s.f)));
+      a.f = static_cast<float>(float16_t(static_cast<float>(s.to_double())));
     } else if (t == dtype::bfloat16) {
-      a.f = static_cast<float>(bfloat16_t(static_cast<float>(s.f)));
+      a.f = static_cast<float>(bfloat16_t(static_cast<float>(s.to_double())));
     } else if (t == dtype::float32) {
-      a.f = static_cast<float>(s.f);
+      a.f = static_cast<float>(s.to_double());
     } else {
-      a.f = s.f;
+      a.f = s.to_double();
     }
     return a;
   }
-  if (s.k == scalar::kind::floating) {
+  if (s.is_floating_point()) {
     throw_invalid(op, "a float scalar on a " + std::string(name(t)) + " tensor");  // a bug
   }
   if (t == dtype::boolean) {
-    a.i = s.i != 0 ? 1 : 0;
+    a.i = s.to_int64() != 0 ? 1 : 0;
     return a;
   }
-  if (t == dtype::int32 && (s.i < INT32_MIN || s.i > INT32_MAX)) {
-    throw_invalid(op, "the scalar " + std::to_string(s.i) + " does not fit int32");
+  if (t == dtype::int32 && (s.to_int64() < INT32_MIN || s.to_int64() > INT32_MAX)) {
+    throw_invalid(op, "the scalar " + std::to_string(s.to_int64()) + " does not fit int32");
   }
-  a.i = s.i;
+  a.i = s.to_int64();
   return a;
 }
 
@@ -148,10 +148,10 @@ dtype compute_dtype(const char* name, binary_op op, dtype t) {
 
 // The dtype of a tensor of dtype `t` with the weak scalar `s`.
 dtype scalar_result(dtype t, scalar s) {
-  if (s.k == scalar::kind::floating && !is_floating(t)) {
+  if (s.is_floating_point() && !is_floating(t)) {
     return dtype::float32;
   }
-  if (s.k == scalar::kind::integer && t == dtype::boolean) {
+  if (s.is_integral() && t == dtype::boolean) {
     return dtype::int64;
   }
   return t;
@@ -254,7 +254,7 @@ tensor map_op(const tensor& x, unary_kernel kernel) {
         });
       });
   current_engine().push(std::move(op));
-  return {std::move(out), x.shape()};
+  return {detail::internal, std::move(out), x.shape()};
 }
 
 tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) {
@@ -281,7 +281,7 @@ tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) 
            bs = b.shape(),
            os = out_shape] { k->binary(kind, t, pa->raw(), as, pb->raw(), bs, po->raw(), os); });
   }
-  return {std::move(out), std::move(out_shape)};
+  return {detail::internal, std::move(out), std::move(out_shape)};
 }
 
 tensor scalar_op(binary_op kind, const tensor& a, scalar s, bool scalar_left, const char* op) {
@@ -297,7 +297,7 @@ tensor scalar_op(binary_op kind, const tensor& a, scalar s, bool scalar_left, co
         [k = &k, kind, t, pa = sa.get(), po = out.get(), arg, scalar_left, n = a.numel()] {
           k->binary_scalar(kind, t, pa->raw(), arg, scalar_left, po->raw(), n);
         });
-  return {std::move(out), a.shape()};
+  return {detail::internal, std::move(out), a.shape()};
 }
 
 std::size_t normalize_axis(const char* op, const tensor& x, int axis) {

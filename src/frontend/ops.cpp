@@ -38,15 +38,15 @@ std::int64_t integer_fill(double v, dtype t) {
   return static_cast<std::int64_t>(v);
 }
 
-tensor filled(const char* op, shape s, detail::scalar value, dtype t, device d) {
+tensor filled(const char* op, shape s, scalar value, dtype t, device d) {
   const detail::kernel_table& k = detail::kernels_checked(op, d, t);
   auto out = detail::allocate(op, s, d, t);
   detail::scalar_arg arg;
-  arg.f = value.f;
-  arg.i = is_floating(t) ? 0 : integer_fill(value.f, t);
+  arg.f = value.to_double();
+  arg.i = is_floating(t) ? 0 : integer_fill(value.to_double(), t);
   detail::issue(op, {}, {out},
                 [k = &k, t, p = out.get(), n = s.numel(), arg] { k->fill(t, p->raw(), n, arg); });
-  return {std::move(out), std::move(s)};
+  return {detail::internal, std::move(out), std::move(s)};
 }
 
 bool is_transcendental(unary_op op) {
@@ -82,7 +82,7 @@ tensor unary(const char* op, unary_op kind, const tensor& x) {
                 [k = &k, kind, t, pin = sin.get(), po = out.get(), n = x.numel()] {
                   k->unary(kind, t, pin->raw(), po->raw(), n);
                 });
-  return {std::move(out), x.shape()};
+  return {detail::internal, std::move(out), x.shape()};
 }
 
 template <class T>
@@ -98,7 +98,7 @@ tensor from_values(std::vector<T> values, shape s, device d) {
   detail::issue("from_vector", {}, {out}, [k = &k, values = std::move(values), p = out.get()] {
     k->copy_from_host(values.data(), p->raw(), values.size() * sizeof(T));
   });
-  return {std::move(out), std::move(s)};
+  return {detail::internal, std::move(out), std::move(s)};
 }
 
 // The batch extents of a matmul operand of rank >= 2 and their product.
@@ -118,13 +118,13 @@ tensor full(shape s, float value, device d) {
   return full(std::move(s), static_cast<double>(value), dtype::float32, d);
 }
 tensor zeros(shape s, dtype t, device d) {
-  return filled("zeros", std::move(s), detail::make_scalar(0), t, d);
+  return filled("zeros", std::move(s), scalar(0), t, d);
 }
 tensor ones(shape s, dtype t, device d) {
-  return filled("ones", std::move(s), detail::make_scalar(1), t, d);
+  return filled("ones", std::move(s), scalar(1), t, d);
 }
 tensor full(shape s, double value, dtype t, device d) {
-  return filled("full", std::move(s), detail::make_scalar(value), t, d);
+  return filled("full", std::move(s), scalar(value), t, d);
 }
 
 tensor arange(std::int64_t n, dtype t, device d) {
@@ -158,7 +158,7 @@ tensor from_host(const void* values, std::size_t count, dtype t, shape s, device
   issue("from_vector", {}, {out}, [k = &k, copy = std::move(copy), p = out.get()] {
     k->copy_from_host(copy.data(), p->raw(), copy.size());
   });
-  return {std::move(out), std::move(s)};
+  return {detail::internal, std::move(out), std::move(s)};
 }
 
 }  // namespace detail
@@ -207,6 +207,49 @@ tensor operator>(const tensor& a, const tensor& b) {
 }
 tensor operator>=(const tensor& a, const tensor& b) {
   return detail::binary("operator>=", binary_op::ge, a, b);
+}
+
+tensor operator+(const tensor& a, scalar b) {
+  return detail::scalar_op(binary_op::add, a, b, false, "operator+");
+}
+tensor operator-(const tensor& a, scalar b) {
+  return detail::scalar_op(binary_op::sub, a, b, false, "operator-");
+}
+tensor operator*(const tensor& a, scalar b) {
+  return detail::scalar_op(binary_op::mul, a, b, false, "operator*");
+}
+tensor operator/(const tensor& a, scalar b) {
+  return detail::scalar_op(binary_op::div, a, b, false, "operator/");
+}
+tensor operator+(scalar a, const tensor& b) {
+  return detail::scalar_op(binary_op::add, b, a, true, "operator+");
+}
+tensor operator-(scalar a, const tensor& b) {
+  return detail::scalar_op(binary_op::sub, b, a, true, "operator-");
+}
+tensor operator*(scalar a, const tensor& b) {
+  return detail::scalar_op(binary_op::mul, b, a, true, "operator*");
+}
+tensor operator/(scalar a, const tensor& b) {
+  return detail::scalar_op(binary_op::div, b, a, true, "operator/");
+}
+tensor operator==(const tensor& a, scalar b) {
+  return detail::scalar_op(binary_op::eq, a, b, false, "operator==");
+}
+tensor operator!=(const tensor& a, scalar b) {
+  return detail::scalar_op(binary_op::ne, a, b, false, "operator!=");
+}
+tensor operator<(const tensor& a, scalar b) {
+  return detail::scalar_op(binary_op::lt, a, b, false, "operator<");
+}
+tensor operator<=(const tensor& a, scalar b) {
+  return detail::scalar_op(binary_op::le, a, b, false, "operator<=");
+}
+tensor operator>(const tensor& a, scalar b) {
+  return detail::scalar_op(binary_op::gt, a, b, false, "operator>");
+}
+tensor operator>=(const tensor& a, scalar b) {
+  return detail::scalar_op(binary_op::ge, a, b, false, "operator>=");
 }
 tensor logical_and(const tensor& a, const tensor& b) {
   return detail::binary("logical_and", binary_op::logical_and, a, b);
@@ -261,9 +304,9 @@ tensor clamp(const tensor& x, double lo, double hi) {
   auto bound = [&](double v) {
     // Range first: converting a double outside int64's range is undefined behaviour.
     if (!is_floating(x.dtype()) && std::fabs(v) < 0x1p63 && v == std::trunc(v)) {
-      return detail::make_scalar(static_cast<std::int64_t>(v));
+      return scalar(static_cast<std::int64_t>(v));
     }
-    return detail::make_scalar(v);
+    return scalar(v);
   };
   const tensor low = detail::scalar_op(binary_op::maximum, x, bound(lo), false, "clamp");
   return detail::scalar_op(binary_op::minimum, low, bound(hi), false, "clamp");
@@ -293,7 +336,7 @@ tensor where(const tensor& cond, const tensor& a, const tensor& b) {
                  cs = cond.shape(), as = a.shape(), bs = b.shape(), os = out_shape] {
                   k->where(t, pc->raw(), cs, pa->raw(), as, pb->raw(), bs, po->raw(), os);
                 });
-  return {std::move(out), std::move(out_shape)};
+  return {detail::internal, std::move(out), std::move(out_shape)};
 }
 
 tensor operator-(const tensor& a) { return unary("operator-", unary_op::neg, a); }
@@ -346,7 +389,7 @@ tensor matmul(const tensor& a, const tensor& b) {
                   kt->matmul(t, pa->raw(), pb->raw(), pc->raw(), batch, m, k, n, a_stride,
                              b_stride);
                 });
-  return {std::move(out), std::move(out_shape)};
+  return {detail::internal, std::move(out), std::move(out_shape)};
 }
 
 tensor relu(const tensor& x) { return unary("relu", unary_op::relu, x); }

@@ -36,7 +36,7 @@ tensor randn(shape s, dtype t, device d) {
   detail::issue("randn", {}, {out}, [k = &k, t, p = out.get(), n = s.numel(), seed, stream] {
     k->randn(t, p->raw(), n, seed, stream);
   });
-  return {std::move(out), std::move(s)};
+  return {detail::internal, std::move(out), std::move(s)};
 }
 
 void manual_seed(std::uint64_t seed) {

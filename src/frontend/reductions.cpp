@@ -50,7 +50,7 @@ tensor reduce_view(const char* name,
                 [k = &k, op, t, pin = in.get(), po = out.get(), outer, extent, inner, scale] {
                   k->reduce(op, t, pin->raw(), outer, extent, inner, scale, po->raw());
                 });
-  return {std::move(out), std::move(out_shape)};
+  return {detail::internal, std::move(out), std::move(out_shape)};
 }
 
 tensor reduce_all(const char* name, reduce_op op, const tensor& x, bool mean) {
@@ -119,7 +119,7 @@ tensor softmax_op(const char* op, const tensor& x, bool log) {
                 [k = &k, t, pin = sin.get(), po = out.get(), rows = rows, cols = cols, log] {
                   k->softmax(t, pin->raw(), po->raw(), rows, cols, log);
                 });
-  return {std::move(out), x.shape()};
+  return {detail::internal, std::move(out), x.shape()};
 }
 
 }  // namespace
@@ -159,7 +159,7 @@ tensor layer_norm(const tensor& x, const tensor& weight, const tensor& bias, dou
                   k->layer_norm(t, pin->raw(), pw != nullptr ? pw->raw() : nullptr,
                                 pb != nullptr ? pb->raw() : nullptr, po->raw(), rows, cols, eps);
                 });
-  return {std::move(out), x.shape()};
+  return {detail::internal, std::move(out), x.shape()};
 }
 
 tensor sum(const tensor& x) { return reduce_all("sum", reduce_op::sum, x, false); }

@@ -156,7 +156,7 @@ void wait_all() {
 
 namespace detail {
 
-engine& current_engine() { return runtime::current().engine(); }
+engine& current_engine() { return *runtime::current().engine_; }
 
 }  // namespace detail
 }  // namespace cotensor

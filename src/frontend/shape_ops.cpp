@@ -29,7 +29,7 @@ tensor transpose(const tensor& a) {
   detail::issue("transpose", {in}, {out}, [k = &k, t, pin = in.get(), po = out.get(), rows, cols] {
     k->transpose(t, pin->raw(), po->raw(), rows, cols);
   });
-  return {std::move(out), std::move(out_shape)};
+  return {detail::internal, std::move(out), std::move(out_shape)};
 }
 
 tensor reshape(const tensor& a, shape s) {
@@ -40,7 +40,7 @@ tensor reshape(const tensor& a, shape s) {
                                          s.to_string() + " (" + std::to_string(s.numel()) +
                                          " elements)");
   }
-  return {a.storage(), std::move(s)};
+  return {detail::internal, a.storage(), std::move(s)};
 }
 
 namespace {
@@ -112,7 +112,7 @@ tensor concat(const std::vector<tensor>& xs, int axis) {
                   });
     offset += row;
   }
-  return {std::move(out), std::move(out_shape)};
+  return {detail::internal, std::move(out), std::move(out_shape)};
 }
 
 tensor slice(const tensor& x, int axis, std::int64_t start, std::int64_t stop) {
@@ -144,7 +144,7 @@ tensor slice(const tensor& x, int axis, std::int64_t start, std::int64_t stop) {
                                  row, row, rows);
                   }
                 });
-  return {std::move(out), std::move(out_shape)};
+  return {detail::internal, std::move(out), std::move(out_shape)};
 }
 
 tensor index_select(const tensor& x, int axis, const tensor& index) {
@@ -172,7 +172,7 @@ tensor index_select(const tensor& x, int axis, const tensor& index) {
                   k->index_select(item, pin->raw(), outer, extent, inner, pi->data<std::int64_t>(),
                                   count, po->raw());
                 });
-  return {std::move(out), std::move(out_shape)};
+  return {detail::internal, std::move(out), std::move(out_shape)};
 }
 
 }  // namespace cotensor

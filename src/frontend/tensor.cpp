@@ -13,7 +13,9 @@
 
 namespace cotensor {
 
-tensor::tensor(std::shared_ptr<detail::storage> storage, cotensor::shape s) noexcept
+tensor::tensor(detail::internal_key /*key*/,
+               std::shared_ptr<detail::storage> storage,
+               cotensor::shape s) noexcept
     : storage_(std::move(storage)), shape_(std::move(s)) {}
 
 cotensor::device tensor::device() const noexcept {
@@ -50,7 +52,7 @@ tensor tensor::astype(cotensor::dtype t) const {
                    bytes = static_cast<std::size_t>(numel()) * itemsize(t)] {
                     k->copy(pin->raw(), po->raw(), bytes);
                   });
-    return {std::move(out), shape_};
+    return {detail::internal, std::move(out), shape_};
   }
   return detail::cast_to(*this, t, "astype");
 }
@@ -100,7 +102,7 @@ tensor tensor::to(cotensor::device d) const {
                     k->copy(in->raw(), out->raw(), bytes);
                   });
   }
-  return {std::move(dst), shape_};
+  return {detail::internal, std::move(dst), shape_};
 }
 
 tensor tensor::sum() const { return cotensor::sum(*this); }
@@ -121,8 +123,20 @@ tensor& tensor::operator/=(const tensor& rhs) {
   detail::issue_in_place("operator/=", detail::binary_op::div, *this, rhs);
   return *this;
 }
-tensor& tensor::update(detail::binary_op op, detail::scalar s, const char* what) {
-  detail::issue_in_place(what, op, *this, s);
+tensor& tensor::operator+=(scalar rhs) {
+  detail::issue_in_place("operator+=", detail::binary_op::add, *this, rhs);
+  return *this;
+}
+tensor& tensor::operator-=(scalar rhs) {
+  detail::issue_in_place("operator-=", detail::binary_op::sub, *this, rhs);
+  return *this;
+}
+tensor& tensor::operator*=(scalar rhs) {
+  detail::issue_in_place("operator*=", detail::binary_op::mul, *this, rhs);
+  return *this;
+}
+tensor& tensor::operator/=(scalar rhs) {
+  detail::issue_in_place("operator/=", detail::binary_op::div, *this, rhs);
   return *this;
 }
 

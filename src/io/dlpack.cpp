@@ -181,7 +181,7 @@ tensor from_dlpack(DLManagedTensor* m) {
                                          "-byte element size");
   }
   auto buffer = detail::storage::make_external(s, d, t, {data, release_import, m});
-  return {std::move(buffer), s};
+  return {detail::internal, std::move(buffer), s};
 }
 
 }  // namespace cotensor

@@ -228,7 +228,7 @@ tensor issue_read(std::shared_ptr<const read_only_file> file,
         {std::move(file), std::move(name), offset, bytes, p->raw(), std::move(done)});
   });
   current_engine().push(std::move(op));
-  tensor host(std::move(out), s);
+  tensor host(detail::internal, std::move(out), s);
   return d.is_cpu() ? host : host.to(d);
 }
 

@@ -8,7 +8,6 @@
 // already promoted the operands to one dtype (inserting casts) and checked that the device
 // implements the kernel for it (`supports`): a kernel never sees a dtype it lacks.
 
-#include "cotensor/detail/scalar.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/dtype.hpp"
 #include "cotensor/shape.hpp"
@@ -20,7 +19,25 @@
 
 namespace cotensor::detail {
 
-// Elementwise binary ops (`binary_op`, in cotensor/detail/scalar.hpp). Comparisons and the
+/// Elementwise binary ops (the kernels' codes).
+enum class binary_op : std::uint8_t {
+  add,
+  sub,
+  mul,
+  div,
+  maximum,
+  minimum,
+  eq,
+  ne,
+  lt,
+  le,
+  gt,
+  ge,
+  logical_and,
+  logical_or,
+};
+
+// Elementwise binary ops (`binary_op`, above). Comparisons and the
 // logical ops write bool; the others write the operands' dtype. On bool, `add` is logical or
 // and `mul` logical and (`sub`, `div`, `maximum` and `minimum` never reach a kernel on bool,
 // nor `div` on integers: the frontend refuses or casts). Integer `add`, `sub` and `mul` wrap

@@ -195,7 +195,7 @@ TEST_SUITE("cuda.dtypes") {
     }
   }
 
-  TEST_CASE("concat, slice and index_select move every dtype's bytes; a bad index throws" *
+  TEST_CASE("concat, slice and index_select move every dtype's bytes: a bad index throws" *
             doctest::timeout(60)) {
     for (const dtype t : all) {
       CAPTURE(name(t));
@@ -215,7 +215,7 @@ TEST_SUITE("cuda.dtypes") {
     CHECK_THROWS_AS(rows.wait(), std::out_of_range);
   }
 
-  TEST_CASE("matmul of float16, bfloat16 and float64 on cuBLAS matches the CPU; integers are "
+  TEST_CASE("matmul of float16, bfloat16 and float64 on cuBLAS matches the CPU: integers are "
             "refused" *
             doctest::timeout(60)) {
     for (const dtype t : floats) {
@@ -229,7 +229,7 @@ TEST_SUITE("cuda.dtypes") {
     CHECK_THROWS_WITH_AS(matmul(ig, ig), doctest::Contains("int32"), std::invalid_argument);
   }
 
-  TEST_CASE("randn of float16 and bfloat16 gives the CPU's bits; float64 its own draw" *
+  TEST_CASE("randn of float16 and bfloat16 gives the CPU's bits: float64 its own draw" *
             doctest::timeout(60)) {
     for (const dtype t : floats) {
       CAPTURE(name(t));

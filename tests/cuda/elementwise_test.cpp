@@ -260,7 +260,7 @@ TEST_SUITE("cuda.elementwise") {
     CHECK(read_back(x) == std::vector<float>{44, 48, 52, 56, 60, 64});
   }
 
-  TEST_CASE("exp log tanh sigmoid are within CUDA's ulp bounds and the CPU's; sqrt relu and "
+  TEST_CASE("exp log tanh sigmoid are within CUDA's ulp bounds and the CPU's: sqrt relu and "
             "negation exact" *
             doctest::timeout(30)) {
     std::uint32_t seed = 1000;

@@ -197,7 +197,7 @@ TEST_SUITE("cuda.errors") {
 
   // Skipped unless asked for (--no-skip), in a process of its own with CUBLAS_DIR pointing at
   // no cuBLAS (bench/gpu/run.sh's `tests` step runs it so): cuBLAS is loaded once per process.
-  TEST_CASE("with cuBLAS not loadable, every GPU op but matmul runs; matmul fails naming the"
+  TEST_CASE("with cuBLAS not loadable, every GPU op but matmul runs: matmul fails naming the"
             " library, the paths tried and CUBLAS_DIR" *
             doctest::skip() * doctest::timeout(30)) {
     const char* dir = std::getenv("CUBLAS_DIR");

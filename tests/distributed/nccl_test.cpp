@@ -97,7 +97,7 @@ TEST_SUITE("distributed.nccl") {
     CHECK(i64.to(device::cpu()).to_vector<std::int64_t>() == std::vector<std::int64_t>(1000, big));
   }
 
-  TEST_CASE("bool GPU collectives move bytes; avg on bool is refused" * doctest::timeout(120)) {
+  TEST_CASE("bool GPU collectives move bytes: avg on bool is refused" * doctest::timeout(120)) {
     std::vector<bool> v(1000);
     for (std::size_t i = 0; i < v.size(); ++i) {
       v[i] = i % 3 == 0;

@@ -37,7 +37,8 @@ auto run_to_completion(MakeAwaitable make, std::chrono::seconds limit = std::chr
 }
 
 /// A 1-element tensor holding the value of `x`, computed by `map` once `gate` opens: lets a test
-/// hold an op on the backend until it decides. Open the gate with `gate.set_value()`.
+/// hold an op on the backend until it decides. `gate` is a `cotensor::test::gate`'s future
+/// (support/gate.hpp), ready once the test opens it.
 inline tensor gated(const tensor& x, std::shared_future<void> gate) {
   return map(x, [gate](float v) {
     gate.wait();
