@@ -121,7 +121,6 @@ public:
   /// The number of backend worker threads.
   unsigned worker_threads() const noexcept;
 
-
 private:
   friend detail::engine& detail::current_engine();
   struct default_tag {};

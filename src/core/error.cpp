@@ -1,6 +1,5 @@
 #include "cotensor/error.hpp"
 
-
 namespace cotensor {
 namespace {
 

@@ -182,7 +182,8 @@ tensor all_gather(const tensor& t, const communicator& c) {
   std::vector<std::int64_t> extents{c.size()};
   extents.insert(extents.end(), t.shape().extents().begin(), t.shape().extents().end());
   const shape s{std::span<const std::int64_t>(extents)};
-  tensor out(cotensor::detail::internal, cotensor::detail::allocate(what, s, t.device(), t.dtype()), s);
+  tensor out(cotensor::detail::internal, cotensor::detail::allocate(what, s, t.device(), t.dtype()),
+             s);
 #if COTENSOR_HAVE_NCCL
   if (on_gpu(t)) {
     detail::issue_on_gpu(c, what, op_kind::all_gather, reduce_op::sum, 0, &t, out,
@@ -209,7 +210,8 @@ tensor reduce_scatter(const tensor& t, reduce_op op, const communicator& c) {
   std::vector<std::int64_t> extents(t.shape().extents().begin(), t.shape().extents().end());
   extents[0] /= c.size();
   const shape s{std::span<const std::int64_t>(extents)};
-  tensor out(cotensor::detail::internal, cotensor::detail::allocate(what, s, t.device(), t.dtype()), s);
+  tensor out(cotensor::detail::internal, cotensor::detail::allocate(what, s, t.device(), t.dtype()),
+             s);
 #if COTENSOR_HAVE_NCCL
   if (on_gpu(t)) {
     detail::issue_on_gpu(c, what, op_kind::reduce_scatter, op, 0, &t, out,

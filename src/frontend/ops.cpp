@@ -117,12 +117,8 @@ tensor ones(shape s, device d) { return ones(std::move(s), dtype::float32, d); }
 tensor full(shape s, float value, device d) {
   return full(std::move(s), static_cast<double>(value), dtype::float32, d);
 }
-tensor zeros(shape s, dtype t, device d) {
-  return filled("zeros", std::move(s), scalar(0), t, d);
-}
-tensor ones(shape s, dtype t, device d) {
-  return filled("ones", std::move(s), scalar(1), t, d);
-}
+tensor zeros(shape s, dtype t, device d) { return filled("zeros", std::move(s), scalar(0), t, d); }
+tensor ones(shape s, dtype t, device d) { return filled("ones", std::move(s), scalar(1), t, d); }
 tensor full(shape s, double value, dtype t, device d) {
   return filled("full", std::move(s), scalar(value), t, d);
 }
