@@ -1,4 +1,7 @@
-// The devices of this build: one registration per backend folder, in `registry` below.
+// The devices of this build: the CPU's registration, built in, and the CUDA backend's, which
+// lives in a library of its own (libcotensor_cuda, src/cuda/registration.cpp) loaded beside
+// this one with the first question about a CUDA device, as PyTorch keeps libtorch_cuda apart.
+// A build or an installation without it runs on the CPU and says why CUDA devices are refused.
 
 #include "cotensor/config.hpp"
 
@@ -7,10 +10,6 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "cpu/kernels.hpp"
-#include "cuda/devices.hpp"
-#if COTENSOR_WITH_CUDA
-#include "cuda/cuda_backend.hpp"
-#endif
 #include "engine/backend.hpp"
 #include "kernels/kernel_table.hpp"
 
@@ -19,38 +18,94 @@
 #include <string>
 #include <system_error>
 
+#if COTENSOR_WITH_CUDA
+#include <dlfcn.h>
+#endif
+
 namespace cotensor::detail {
 namespace {
 
-/// What a device type brings: its backend, the allocator of its buffers and its kernels.
-struct device_registration {
-  std::unique_ptr<backend> (*make_backend)(const engine_options& options) = nullptr;
-  /// Completes a host wait once the device passed a buffer's fence (backend::launched).
-  void (*await_fence)(device d, std::uint64_t fence, waiter& w) = nullptr;
-  device_allocator* allocator = nullptr;
-  const kernel_table* kernels = nullptr;
+constexpr device_registration cpu_registration{
+    .make_backend = cpu::make_backend,
+    .await_fence = nullptr,
+    .allocator = &cpu::host_memory,
+    .kernels = &cpu::kernel_table_of_cpu,
+    .device_count = []() noexcept { return 1; },
+    .usable = [](int /*index*/) noexcept { return true; },
+    .unavailable_reason = [](int /*index*/) { return std::string(); },
 };
 
-constexpr std::size_t kinds = 2;
+struct loaded_registration {
+  const device_registration* registration = nullptr;
+  std::string error;  // why there is none
+};
 
-// Indexed by device::kind. A device type this build has no backend for stays empty.
-constinit const std::array<device_registration, kinds> registry = {{
-    /* cpu  */ {cpu::make_backend, nullptr, &cpu::host_memory, &cpu::kernel_table_of_cpu},
 #if COTENSOR_WITH_CUDA
-    /* cuda */
-    {cuda::make_backend, cuda::await_fence, &cuda::device_memory, &cuda::kernel_table_of_cuda},
-#else
-    /* cuda */ {},
+// The CUDA backend's library, by its soname, from the folder this library was loaded from
+// (the build tree or the installation's lib/), else wherever the dynamic linker looks.
+loaded_registration load_cuda() noexcept {
+  loaded_registration out;
+  try {
+    std::string tried;
+    void* handle = nullptr;
+    Dl_info self{};
+    if (dladdr(reinterpret_cast<const void*>(&load_cuda), &self) != 0 && self.dli_fname) {
+      std::string path = self.dli_fname;
+      path.resize(path.find_last_of('/') + 1);
+      path += COTENSOR_CUDA_PLUGIN;
+      handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle == nullptr) {
+        tried = dlerror();
+      }
+    }
+    if (handle == nullptr) {
+      handle = dlopen(COTENSOR_CUDA_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (handle == nullptr) {
+      out.error = "this build's CUDA backend, " COTENSOR_CUDA_PLUGIN ", could not be loaded (" +
+                  (tried.empty() ? std::string(dlerror()) : tried) +
+                  "): build it (cmake --build <build> --target cotensor_cuda) or install it "
+                  "beside libcotensor";
+      return out;
+    }
+    using entry = const device_registration* (*)() noexcept;
+    auto* get = reinterpret_cast<entry>(dlsym(handle, "cotensor_cuda_registration"));
+    if (get == nullptr) {
+      out.error = COTENSOR_CUDA_PLUGIN " has no cotensor_cuda_registration (another version?)";
+      return out;
+    }
+    out.registration = get();  // the library stays loaded for the life of the process
+  } catch (const std::bad_alloc&) {
+    out.error = "out of memory loading the CUDA backend";
+  }
+  return out;
+}
 #endif
-}};
 
+const loaded_registration& cuda_registration() noexcept {
+#if COTENSOR_WITH_CUDA
+  static const loaded_registration loaded = load_cuda();
+#else
+  static const loaded_registration loaded{
+      nullptr, "this build has no CUDA backend (configured with COTENSOR_WITH_CUDA=OFF or "
+               "without the CUDA toolkit)"};
+#endif
+  return loaded;
+}
+
+// The registration of a device type, or null where this build or installation has none.
 const device_registration* find(device::kind type) noexcept {
-  const auto i = static_cast<std::size_t>(type);
-  return i < kinds && registry[i].make_backend != nullptr ? &registry[i] : nullptr;
+  switch (type) {
+  case device::kind::cpu:
+    return &cpu_registration;
+  case device::kind::cuda:
+    return cuda_registration().registration;
+  }
+  return nullptr;
 }
 
 const device_registration& registered(device d) {
-  if (const device_registration* r = find(d.type); r != nullptr && has_device_backend(d)) {
+  if (const device_registration* r = find(d.type); r != nullptr && r->usable(d.index)) {
     return *r;
   }
   throw std::system_error(make_error_code(errc::device_unavailable),
@@ -60,23 +115,25 @@ const device_registration& registered(device d) {
 }  // namespace
 
 bool has_device_backend(device d) noexcept {
-  return find(d.type) != nullptr && (d.type != device::kind::cuda || cuda::usable(d.index));
+  const device_registration* r = find(d.type);
+  return r != nullptr && r->usable(d.index);
+}
+
+std::string unavailable_reason(device d) {
+  if (const device_registration* r = find(d.type)) {
+    return r->unavailable_reason(d.index);
+  }
+  return cuda_registration().error;
 }
 
 std::string unavailable_message(device d) {
   return "device cuda:" + std::to_string(d.index) + " is not available (" +
-         cuda::unavailable_reason(d.index) + ")";
-}
-
-std::string unavailable_reason(device d) {
-  return has_backend(d) ? std::string() : cuda::unavailable_reason(d.index);
+         detail::unavailable_reason(d) + ")";
 }
 
 int device_count(device::kind type) noexcept {
-  if (type == device::kind::cpu) {
-    return 1;
-  }
-  return has_device_backend(device{type, 0}) ? cuda::device_count() : 0;
+  const device_registration* r = find(type);
+  return r != nullptr ? r->device_count() : 0;
 }
 
 std::unique_ptr<backend> make_backend(device::kind type, const engine_options& options) {

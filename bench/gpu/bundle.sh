@@ -5,10 +5,10 @@
 #
 # Usage: bench/gpu/bundle.sh OUTDIR
 #
-# OUTDIR gets bin/ (cotensor_cuda_tests, examples 01-05, cotensor_bench_gpu), lib/ (libcotensor
-# and every shared library they load but glibc's, libgcc_s and NVIDIA's; libstdc++ in
-# lib/stdcxx/, used by run.sh only where the system's is older), chapter.py, run.sh and
-# BUNDLE_INFO.txt. Everything is stripped. The programs find lib/ through the RUNPATH they are
+# OUTDIR gets bin/ (cotensor_cuda_tests, examples 01-05, cotensor_bench_gpu), lib/ (libcotensor,
+# libcotensor_cuda and every shared library they load but glibc's, libgcc_s and NVIDIA's;
+# libstdc++ in lib/stdcxx/, used by run.sh only where the system's is older), chapter.py, run.sh
+# and BUNDLE_INFO.txt. Everything is stripped. The programs find lib/ through the RUNPATH they are
 # linked with ($ORIGIN/../lib; libcotensor's is $ORIGIN), so they run without LD_LIBRARY_PATH;
 # the libraries that only a library without a RUNPATH needs (OpenBLAS's libgfortran and
 # libquadmath) are linked into libcotensor as well, so that they are loaded from lib/ first.
@@ -133,6 +133,19 @@ for f in "$out"/bin/*; do
          $2 != "=>" { n = split($1, part, "/"); print part[n], $1 }')
 done
 ls "$out"/lib/libcotensor.so* >/dev/null 2>&1 || die "libcotensor was not among the libraries found"
+# The CUDA backend, libcotensor_cuda, which libcotensor loads from its own folder with the first
+# CUDA device (no program links it), and what it needs that is not there yet.
+plugin=$(find "$build" -maxdepth 1 -name 'libcotensor_cuda.so.*' -type l | sort | head -n 1)
+[[ -n $plugin ]] || die "libcotensor_cuda was not built under $build"
+cp -L "$plugin" "$out/lib/$(basename "$plugin")"
+while read -r name path; do
+  [[ -e $out/lib/$name || -e $out/lib/stdcxx/$name || $path != /* ]] && continue
+  case $name in
+    libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | libgcc_s.so* | ld-linux*) ;;
+    *) die "libcotensor_cuda needs $name, which no program of the bundle does" ;;
+  esac
+done < <(LD_LIBRARY_PATH="$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$plugin" |
+  awk '$2 == "=>" { print $1, $3 }')
 
 # Stripped: symbols and debug sections are of no use on the GPU machine.
 chmod u+w "$out"/bin/* "$out"/lib/*.so* "$out"/lib/stdcxx/* 2>/dev/null || true
@@ -144,7 +157,7 @@ strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so* "$out"/lib/stdcxx/* 2>/dev/
 runpath_of() { readelf -d "$1" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]$/\1/p'; }
 needed_of() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p'; }
 direct=""
-for f in "$out"/bin/* "$out"/lib/libcotensor.so*; do
+for f in "$out"/bin/* "$out"/lib/libcotensor.so* "$out"/lib/libcotensor_cuda.so*; do
   [[ $(runpath_of "$f") == *'$ORIGIN'* ]] ||
     die "$(basename "$f") has no \$ORIGIN RUNPATH ($(runpath_of "$f")): was it linked here?"
   direct+=" $(needed_of "$f" | tr '\n' ' ')"

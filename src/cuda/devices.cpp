@@ -1,18 +1,13 @@
 #include "cuda/devices.hpp"
 
-#include "cotensor/config.hpp"
-
-#if COTENSOR_HAVE_CUDA_RUNTIME
 #include <atomic>
 #include <cuda_runtime_api.h>
 #include <new>
 #include <pthread.h>
-#endif
 
 namespace cotensor::detail::cuda {
 namespace {
 
-#if COTENSOR_HAVE_CUDA_RUNTIME
 struct device_count_answer {
   int count = 0;
   std::string error;  // empty when CUDA answered
@@ -40,34 +35,21 @@ const device_count_answer& devices() {
   }();
   return answer;
 }
-#endif
 
 }  // namespace
 
 int device_count() noexcept {
-#if COTENSOR_HAVE_CUDA_RUNTIME
   try {
     const int count = devices().count;
     return forked_after_init.load() ? 0 : count;
   } catch (const std::bad_alloc&) {
     return 0;
   }
-#else
-  return 0;
-#endif
 }
 
-bool usable(int index) noexcept {
-#if COTENSOR_WITH_CUDA
-  return index >= 0 && index < device_count();
-#else
-  (void)index;
-  return false;
-#endif
-}
+bool usable(int index) noexcept { return index >= 0 && index < device_count(); }
 
-std::string unavailable_reason([[maybe_unused]] int index) {
-#if COTENSOR_HAVE_CUDA_RUNTIME
+std::string unavailable_reason(int index) {
   const device_count_answer& d = devices();
   if (forked_after_init.load()) {
     return "CUDA cannot be used in a child process forked after it was initialised (use "
@@ -80,14 +62,7 @@ std::string unavailable_reason([[maybe_unused]] int index) {
     return "this machine has " + std::to_string(d.count) + " CUDA device" +
            (d.count == 1 ? "" : "s");
   }
-#if COTENSOR_WITH_CUDA
   return {};
-#else
-  return "this build has no CUDA backend (configured with COTENSOR_WITH_CUDA=OFF)";
-#endif
-#else
-  return "this build has no CUDA backend";
-#endif
 }
 
 }  // namespace cotensor::detail::cuda

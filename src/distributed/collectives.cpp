@@ -142,6 +142,29 @@ make_request(const communicator& c, op_kind kind, int count, const tensor& t) {
 
 }  // namespace
 
+#if COTENSOR_HAVE_NCCL
+namespace detail {
+
+std::atomic<gpu_issue_fn> gpu_issue{nullptr};
+
+void issue_on_gpu(const communicator& c,
+                  const char* what,
+                  op_kind kind,
+                  reduce_op op,
+                  int root,
+                  const tensor* in,
+                  const tensor& out,
+                  std::size_t count) {
+  const gpu_issue_fn nccl = gpu_issue.load(std::memory_order_acquire);
+  if (nccl == nullptr) {  // unreachable: a GPU tensor loaded libcotensor_cuda
+    cotensor::detail::throw_invalid(what, "the CUDA backend's library is not loaded");
+  }
+  nccl(c, what, kind, op, root, in, out, count);
+}
+
+}  // namespace detail
+#endif
+
 void all_reduce(tensor& t, reduce_op op, const communicator& c) {
   const char* what = "dist::all_reduce";
   check_tensor(what, t);

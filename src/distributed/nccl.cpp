@@ -460,14 +460,16 @@ private:
 
 }  // namespace
 
-void issue_on_gpu(const communicator& c,
-                  const char* what,
-                  op_kind kind,
-                  reduce_op op,
-                  int root,
-                  const tensor* in,
-                  const tensor& out,
-                  std::size_t count) {
+namespace {
+
+void issue_with_nccl(const communicator& c,
+                     const char* what,
+                     op_kind kind,
+                     reduce_op op,
+                     int root,
+                     const tensor* in,
+                     const tensor& out,
+                     std::size_t count) {
   auto g = gpu_comm_for(*c.state(), out.device(), what);
   const auto& written = out.storage();
   const auto& sequence = g->sequence().storage();
@@ -481,5 +483,10 @@ void issue_on_gpu(const communicator& c,
     cotensor::detail::issue(what, {written}, {written, sequence}, std::move(call));
   }
 }
+
+// Set as libcotensor_cuda loads (see nccl.hpp).
+[[maybe_unused]] const bool hooked = (gpu_issue.store(&issue_with_nccl), true);
+
+}  // namespace
 
 }  // namespace cotensor::dist::detail

@@ -1,8 +1,8 @@
 #pragma once
 
 // Collectives on GPU tensors through NCCL, in builds with both the CUDA backend and MPI
-// (COTENSOR_HAVE_NCCL). NCCL is loaded with the first GPU collective (dlopen of libnccl.so.2),
-// like cuBLAS with the first CUDA device.
+// (COTENSOR_HAVE_NCCL), compiled into libcotensor_cuda. NCCL is loaded with the first GPU
+// collective (dlopen of libnccl.so.2), like cuBLAS with the first CUDA device.
 //
 // Each communicator gets, with its first GPU collective, an NCCL communicator over the same
 // ranks (rank 0's ncclGetUniqueId, sent to the others by MPI_Bcast on the communication thread
@@ -24,6 +24,9 @@
 
 #include "distributed/comm_state.hpp"
 
+#include <atomic>
+#include <cstddef>
+
 namespace cotensor::dist::detail {
 
 /// Issues `kind` (all_reduce, broadcast, all_gather or reduce_scatter) on GPU tensors: reads
@@ -39,5 +42,18 @@ void issue_on_gpu(const communicator& c,
                   const tensor* in,
                   const tensor& out,
                   std::size_t count);
+
+/// The NCCL path itself, in libcotensor_cuda (src/distributed/nccl.cpp), which sets this hook
+/// as it loads: `issue_on_gpu` (in libcotensor) calls it. A GPU tensor cannot exist before the
+/// library is loaded, so the hook is set by the time a collective gets one.
+using gpu_issue_fn = void (*)(const communicator& c,
+                              const char* what,
+                              op_kind kind,
+                              reduce_op op,
+                              int root,
+                              const tensor* in,
+                              const tensor& out,
+                              std::size_t count);
+extern std::atomic<gpu_issue_fn> gpu_issue;
 
 }  // namespace cotensor::dist::detail

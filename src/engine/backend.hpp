@@ -121,6 +121,28 @@ public:
 /// at once if it has, with the device's error if it failed. For a CPU buffer, at once.
 void await_fence(device d, std::uint64_t fence, waiter& w);
 
+struct kernel_table;
+
+/// What a device type brings to the composition root (src/backends.cpp): its backend, the
+/// allocator of its buffers, its kernels and what this machine has of it. The CPU's is built
+/// in; a GPU's comes from its backend library (libcotensor_cuda), loaded with the first
+/// question about such a device.
+struct device_registration {
+  /// Its backend for an engine with `options`.
+  std::unique_ptr<backend> (*make_backend)(const engine_options& options) = nullptr;
+  /// Completes a host wait once the device passed a buffer's fence (backend::launched); null
+  /// for a device whose ops end when their kernels return.
+  void (*await_fence)(device d, std::uint64_t fence, waiter& w) = nullptr;
+  device_allocator* allocator = nullptr;
+  const kernel_table* kernels = nullptr;
+  /// The devices of this type on this machine (asks the driver once).
+  int (*device_count)() noexcept = nullptr;
+  /// True if ops can run on the device of this index.
+  bool (*usable)(int index) noexcept = nullptr;
+  /// Why the device of this index cannot be used, in words; empty if it can.
+  std::string (*unavailable_reason)(int index) = nullptr;
+};
+
 /// The backend that runs ops on `type` devices for an engine with `options` (worker_threads:
 /// its CPU workers, 0: one per hardware thread). Throws std::system_error
 /// (errc::device_unavailable) if this build has none. Registered in src/backends.cpp.
