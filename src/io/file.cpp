@@ -1,21 +1,16 @@
 #include "io/file.hpp"
 
-#include "engine/engine.hpp"
 #include "frontend/frontend.hpp"
+#include "support/blocking_pool.hpp"
 #include "support/environment.hpp"
 
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <fcntl.h>
 #include <fstream>
-#include <mutex>
-#include <pthread.h>
 #include <stdexcept>
 #include <string_view>
 #include <sys/stat.h>
-#include <thread>
 #include <unistd.h>
 #include <utility>
 #include <vector>
@@ -104,111 +99,43 @@ void read_only_file::read_exactly(std::uint64_t offset,
   }
 }
 
+hold_reads::hold_reads() { blocking_pool::instance().hold(); }
+hold_reads::~hold_reads() { blocking_pool::instance().release(); }
+
 namespace {
 
-// The threads that read tensors' bytes: a read may block on the disk for milliseconds, and a
-// backend worker blocked there would hold back every op queued behind it (a model loading
-// beside one being served). One pool per process, of COTENSOR_IO_THREADS threads (default 2),
-// started by the first read; it lives until the process ends.
-class read_threads {
-public:
-  struct job {
-    std::shared_ptr<const read_only_file> file;
-    std::string tensor;
-    std::uint64_t offset = 0;
-    std::uint64_t bytes = 0;
-    void* out = nullptr;
-    op_completion done;
-  };
+// A read op's start: queues the read on the process's threads for blocking work (a read may
+// wait on the disk for milliseconds, and a backend worker blocked there would hold back every
+// op queued behind it: a model loading beside one being served). The start may run at the
+// call, on an Asio thread: it never blocks. The op ends when the bytes are in, on that thread.
+struct read_start {
+  std::shared_ptr<const read_only_file> file;
+  std::string tensor_name;
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;
+  tensor target;  // its memory is allocated when the op starts, before this runs
 
-  // Throws std::invalid_argument for a bad COTENSOR_IO_THREADS, std::system_error if no thread
-  // can start; the read's op fails with it, and the next read tries again.
-  // Never destroyed: a runtime destroyed at exit after it (the default one is created first)
-  // still waits for reads that it queues.
-  static read_threads& instance() {
-    static read_threads* const pool = new read_threads;
-    return *pool;
-  }
-
-  // hold_reads: while held, no read starts.
-  void hold() {
-    std::lock_guard lock(mu_);
-    ++held_;
-  }
-  void release() {
-    {
-      std::lock_guard lock(mu_);
-      --held_;
-    }
-    cv_.notify_all();
-  }
-
-  void submit(job j) {
-    {
-      std::lock_guard lock(mu_);
-      queue_.push_back(std::move(j));
-    }
-    cv_.notify_one();
-  }
-
-  read_threads(const read_threads&) = delete;
-  read_threads& operator=(const read_threads&) = delete;
-
-private:
-  read_threads() {
-    const auto n = static_cast<unsigned>(
-        whole_number_from_environment("COTENSOR_IO_THREADS", 1, 64).value_or(2));
-    threads_.reserve(n);
-    try {
-      for (unsigned i = 0; i < n; ++i) {
-        threads_.emplace_back([this] {
-          ::pthread_setname_np(::pthread_self(), "cotensor-read");
-          run();
+  void operator()(async_op_context& /*ctx*/, async_op_done done) {
+    blocking_pool::instance().submit_work(
+        [file = std::move(file), name = std::move(tensor_name), offset = offset, bytes = bytes,
+         out = target.storage()->raw(), done = std::move(done)]() mutable noexcept {
+          std::exception_ptr error;
+          try {
+            if (bytes > 0) {
+              file->read_exactly(offset, out, bytes, name);
+            }
+          } catch (...) {
+            error = std::current_exception();  // io_error, or std::bad_alloc building it
+          }
+          file.reset();  // closes the file after its last read, here, not on a backend thread
+          // The engine's part (dependents dispatched, waiters completed) runs here: no user
+          // code runs on this thread (a coroutine resumes on its own executor).
+          complete_here(done, std::move(error));
         });
-      }
-    } catch (...) {
-      if (threads_.empty()) {
-        throw;
-      }
-      // Fewer threads than asked: enough to read.
-    }
   }
-
-  void run() noexcept {
-    for (;;) {
-      job j;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return !queue_.empty() && held_ == 0; });
-        j = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      std::exception_ptr error;
-      try {
-        if (j.bytes > 0) {
-          j.file->read_exactly(j.offset, j.out, j.bytes, j.tensor);
-        }
-      } catch (...) {
-        error = std::current_exception();  // io_error, or std::bad_alloc building it
-      }
-      j.file.reset();  // closes the file after its last read, here, not on a backend thread
-      // The engine's part (dependents dispatched, waiters completed) runs here: no user code
-      // runs on this thread (a coroutine resumes on its own executor).
-      j.done.complete_here(std::move(error));
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<job> queue_;
-  unsigned held_ = 0;
-  std::vector<std::thread> threads_;
 };
 
 }  // namespace
-
-hold_reads::hold_reads() { read_threads::instance().hold(); }
-hold_reads::~hold_reads() { read_threads::instance().release(); }
 
 tensor issue_read(std::shared_ptr<const read_only_file> file,
                   std::string tensor_name,
@@ -216,19 +143,14 @@ tensor issue_read(std::shared_ptr<const read_only_file> file,
                   const shape& s,
                   dtype t,
                   device d) {
-  require_device(file->op(), d);
-  auto out = allocate(file->op(), s, device::cpu(), t);
+  const char* op = file->op();
+  require_device(op, d);
+  const tensor host(detail::internal, allocate(op, s, device::cpu(), t), s);
   const std::uint64_t bytes = static_cast<std::uint64_t>(s.numel()) * itemsize(t);
-  // The op's start only queues the read for the read threads (it may run at the call, on an
-  // Asio thread: it never blocks); the op ends when the bytes are in.
-  auto op = make_op(file->op(), {}, {out});
-  op->kernel.emplace_async([file = std::move(file), name = std::move(tensor_name), offset, bytes,
-                            p = out.get()](op_completion done) mutable {
-    read_threads::instance().submit(
-        {std::move(file), std::move(name), offset, bytes, p->raw(), std::move(done)});
-  });
-  current_engine().push(std::move(op));
-  tensor host(detail::internal, std::move(out), s);
+  issue_quick_async_op({}, {&host, 1},
+                       std::make_unique<async_start_for<read_start>>(
+                           static_name{op}, read_start{std::move(file), std::move(tensor_name),
+                                                       offset, bytes, host}));
   return d.is_cpu() ? host : host.to(d);
 }
 

@@ -47,7 +47,8 @@ private:
 };
 
 /// A tensor of shape `s` and dtype `t` on `d` whose bytes an op reads from `file` at `offset`
-/// on the read threads (then copies to `d` if it is not the CPU). Returns at once.
+/// on the process's threads for blocking work (support/blocking_pool.hpp), through the
+/// frontend's async-op seam, then copies to `d` if it is not the CPU. Returns at once.
 tensor issue_read(std::shared_ptr<const read_only_file> file,
                   std::string tensor_name,
                   std::uint64_t offset,
@@ -55,8 +56,8 @@ tensor issue_read(std::shared_ptr<const read_only_file> file,
                   dtype t,
                   device d);
 
-/// For tests: while one lives, the read threads start no read (queued ones wait for its end).
-/// Starts the read threads.
+/// For tests: while one lives, the threads for blocking work start no read (queued ones wait
+/// for its end). Starts those threads.
 class hold_reads {
 public:
   hold_reads();
