@@ -400,19 +400,21 @@ void unary_typed_span(unary_op op, dtype t, const void* in, void* out, std::int6
 
 }  // namespace
 
-void fill(dtype t, void* out, std::int64_t n, scalar_arg value) {
-  visit_dtype(t, [&](auto tag) {
+void fill(const fill_args& args) {
+  visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    fill_typed<T>(out, n, store<T>(scalar_as<compute_t<T>>(value)));
+    fill_typed<T>(args.out, args.n, store<T>(scalar_as<compute_t<T>>(args.value)));
   });
 }
 
-void cast(dtype from, const void* in, dtype to, void* out, std::int64_t n) {
+void cast(const cast_args& args) {
+  const dtype from = args.from;
+  const dtype to = args.to;
   const std::size_t fi = itemsize(from);
   const std::size_t ti = itemsize(to);
-  parallel_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
-    const void* src = offset_bytes(in, lo, fi);
-    void* dst = offset_bytes(out, lo, ti);
+  parallel_chunks(args.n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    const void* src = offset_bytes(args.in, lo, fi);
+    void* dst = offset_bytes(args.out, lo, ti);
     const std::int64_t m = hi - lo;
     // float32 to and from the halves: the span conversions (AVX2, F16C), the same bits.
     if (from == dtype::float16 && to == dtype::float32) {
@@ -429,93 +431,78 @@ void cast(dtype from, const void* in, dtype to, void* out, std::int64_t n) {
   });
 }
 
-void binary_same_shape(
-    binary_op op, dtype t, const void* a, const void* b, void* out, std::int64_t n) {
-  const std::size_t item = itemsize(t);
-  const std::size_t oitem = out_itemsize(op, t);
-  parallel_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
-    binary_span_typed(op, t, offset_bytes(a, lo, item), 1, offset_bytes(b, lo, item), 1,
-                      offset_bytes(out, lo, oitem), hi - lo);
+void binary_same_shape(const binary_same_shape_args& args) {
+  const std::size_t item = itemsize(args.t);
+  const std::size_t oitem = out_itemsize(args.op, args.t);
+  parallel_chunks(args.n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    binary_span_typed(args.op, args.t, offset_bytes(args.a, lo, item), 1,
+                      offset_bytes(args.b, lo, item), 1, offset_bytes(args.out, lo, oitem),
+                      hi - lo);
   });
 }
 
-void binary_scalar(binary_op op,
-                   dtype t,
-                   const void* a,
-                   scalar_arg s,
-                   bool scalar_left,
-                   void* out,
-                   std::int64_t n) {
-  const std::size_t item = itemsize(t);
-  const std::size_t oitem = out_itemsize(op, t);
-  parallel_chunks(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
-    scalar_span_typed(op, t, offset_bytes(a, lo, item), s, scalar_left,
-                      offset_bytes(out, lo, oitem), hi - lo);
+void binary_scalar(const binary_scalar_args& args) {
+  const std::size_t item = itemsize(args.t);
+  const std::size_t oitem = out_itemsize(args.op, args.t);
+  parallel_chunks(args.n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    scalar_span_typed(args.op, args.t, offset_bytes(args.a, lo, item), args.s, args.scalar_left,
+                      offset_bytes(args.out, lo, oitem), hi - lo);
   });
 }
 
-void binary(binary_op op,
-            dtype t,
-            const void* a,
-            const shape& a_shape,
-            const void* b,
-            const shape& b_shape,
-            void* out,
-            const shape& out_shape) {
-  const std::int64_t n = out_shape.numel();
-  if (a_shape == b_shape) {
-    binary_same_shape(op, t, a, b, out, n);
+void binary(const binary_args& args) {
+  const binary_op op = args.op;
+  const dtype t = args.t;
+  const shape& out_shape = args.out_shape;
+  if (args.a_shape == args.b_shape) {
+    binary_same_shape(
+        {.op = op, .t = t, .a = args.a, .b = args.b, .out = args.out, .n = out_shape.numel()});
     return;
   }
   const std::size_t item = itemsize(t);
   const std::size_t oitem = out_itemsize(op, t);
   const std::size_t rank = out_shape.rank();
-  const strides operand[2] = {broadcast_strides(a_shape, rank), broadcast_strides(b_shape, rank)};
+  const strides operand[2] = {broadcast_strides(args.a_shape, rank),
+                              broadcast_strides(args.b_shape, rank)};
   const std::int64_t as = operand[0][rank - 1];
   const std::int64_t bs = operand[1][rank - 1];
   for_broadcast_rows(out_shape, operand,
                      [&](std::int64_t first, const std::int64_t* offset, std::int64_t inner) {
-                       binary_span_typed(op, t, offset_bytes(a, offset[0], item), as,
-                                         offset_bytes(b, offset[1], item), bs,
-                                         offset_bytes(out, first, oitem), inner);
+                       binary_span_typed(op, t, offset_bytes(args.a, offset[0], item), as,
+                                         offset_bytes(args.b, offset[1], item), bs,
+                                         offset_bytes(args.out, first, oitem), inner);
                      });
 }
 
-void unary(unary_op op, dtype t, const void* in, void* out, std::int64_t n) {
-  const std::size_t item = itemsize(t);
-  parallel_chunks(n, elementwise_grain / 4, [&](std::int64_t lo, std::int64_t hi) {
-    unary_typed_span(op, t, offset_bytes(in, lo, item), offset_bytes(out, lo, item), hi - lo);
+void unary(const unary_args& args) {
+  const std::size_t item = itemsize(args.t);
+  parallel_chunks(args.n, elementwise_grain / 4, [&](std::int64_t lo, std::int64_t hi) {
+    unary_typed_span(args.op, args.t, offset_bytes(args.in, lo, item),
+                     offset_bytes(args.out, lo, item), hi - lo);
   });
 }
 
-void where(dtype t,
-           const void* cond,
-           const shape& cond_shape,
-           const void* a,
-           const shape& a_shape,
-           const void* b,
-           const shape& b_shape,
-           void* out,
-           const shape& out_shape) {
-  const std::size_t rank = out_shape.rank();
+void where(const where_args& args) {
+  const std::size_t rank = args.out_shape.rank();
   if (rank == 0) {
-    const std::size_t item = itemsize(t);
-    std::memcpy(out, *static_cast<const bool*>(cond) ? a : b, item);
+    const std::size_t item = itemsize(args.t);
+    std::memcpy(args.out, *static_cast<const bool*>(args.cond) ? args.a : args.b, item);
     return;
   }
-  const strides operand[3] = {broadcast_strides(cond_shape, rank), broadcast_strides(a_shape, rank),
-                              broadcast_strides(b_shape, rank)};
-  visit_dtype(t, [&](auto tag) {
+  const strides operand[3] = {broadcast_strides(args.cond_shape, rank),
+                              broadcast_strides(args.a_shape, rank),
+                              broadcast_strides(args.b_shape, rank)};
+  visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const std::int64_t cs = operand[0][rank - 1];
     const std::int64_t as = operand[1][rank - 1];
     const std::int64_t bs = operand[2][rank - 1];
-    for_broadcast_rows(out_shape, operand,
+    for_broadcast_rows(args.out_shape, operand,
                        [&](std::int64_t first, const std::int64_t* off, std::int64_t inner) {
-                         const bool* c = at<bool>(cond, off[0]);
-                         const T* pa = at<T>(a, off[1]);
-                         const T* pb = at<T>(b, off[2]);
-                         T* po = static_cast<T*>(out) + first;
+                         const bool* c = at<bool>(args.cond, off[0]);
+                         const T* pa = at<T>(args.a, off[1]);
+                         const T* pb = at<T>(args.b, off[2]);
+                         T* po = static_cast<T*>(args.out) + first;
                          for (std::int64_t i = 0; i < inner; ++i) {
                            po[i] = c[i * cs] ? pa[i * as] : pb[i * bs];
                          }

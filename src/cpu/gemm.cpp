@@ -155,25 +155,19 @@ void int_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std:
 
 }  // namespace
 
-void matmul(dtype t,
-            const void* a,
-            const void* b,
-            void* c,
-            std::int64_t batch,
-            std::int64_t m,
-            std::int64_t k,
-            std::int64_t n,
-            std::int64_t a_stride,
-            std::int64_t b_stride) {
-  visit_dtype(t, [&](auto tag) {
+void matmul(const matmul_args& args) {
+  visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (!std::is_same_v<T, bool>) {
-      const auto* pa = static_cast<const T*>(a);
-      const auto* pb = static_cast<const T*>(b);
-      auto* pc = static_cast<T*>(c);
-      for (std::int64_t i = 0; i < batch; ++i) {
-        const T* ai = pa + i * a_stride;
-        const T* bi = pb + i * b_stride;
+      const std::int64_t m = args.m;
+      const std::int64_t k = args.k;
+      const std::int64_t n = args.n;
+      const auto* pa = static_cast<const T*>(args.a);
+      const auto* pb = static_cast<const T*>(args.b);
+      auto* pc = static_cast<T*>(args.c);
+      for (std::int64_t i = 0; i < args.batch; ++i) {
+        const T* ai = pa + i * args.a_stride;
+        const T* bi = pb + i * args.b_stride;
         T* ci = pc + i * m * n;
         if constexpr (std::is_same_v<T, float>) {
           sgemm(ai, bi, ci, m, k, n);

@@ -98,20 +98,22 @@ void transpose_typed(const T* in, T* out, std::int64_t rows, std::int64_t cols) 
 }  // namespace
 
 // By element size: a transpose moves bytes.
-void transpose(dtype t, const void* in, void* out, std::int64_t rows, std::int64_t cols) {
-  switch (itemsize(t)) {
+void transpose(const transpose_args& args) {
+  const std::int64_t rows = args.rows;
+  const std::int64_t cols = args.cols;
+  switch (itemsize(args.t)) {
   case 1:
-    return transpose_typed(static_cast<const std::uint8_t*>(in), static_cast<std::uint8_t*>(out),
-                           rows, cols);
+    return transpose_typed(static_cast<const std::uint8_t*>(args.in),
+                           static_cast<std::uint8_t*>(args.out), rows, cols);
   case 2:
-    return transpose_typed(static_cast<const std::uint16_t*>(in), static_cast<std::uint16_t*>(out),
-                           rows, cols);
+    return transpose_typed(static_cast<const std::uint16_t*>(args.in),
+                           static_cast<std::uint16_t*>(args.out), rows, cols);
   case 4:
-    return transpose_typed(static_cast<const std::uint32_t*>(in), static_cast<std::uint32_t*>(out),
-                           rows, cols);
+    return transpose_typed(static_cast<const std::uint32_t*>(args.in),
+                           static_cast<std::uint32_t*>(args.out), rows, cols);
   default:
-    return transpose_typed(static_cast<const std::uint64_t*>(in), static_cast<std::uint64_t*>(out),
-                           rows, cols);
+    return transpose_typed(static_cast<const std::uint64_t*>(args.in),
+                           static_cast<std::uint64_t*>(args.out), rows, cols);
   }
 }
 

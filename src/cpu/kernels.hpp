@@ -4,7 +4,6 @@
 // arena with nested oneTBB loops. Results never depend on the number of threads.
 
 #include "cotensor/dtype.hpp"
-#include "cotensor/shape.hpp"
 
 #include "kernels/kernel_table.hpp"
 #include "support/function_ref.hpp"
@@ -31,80 +30,24 @@ void parallel_tiles(std::int64_t tiles, function_ref<void(std::int64_t)> f);
 /// The grain of the elementwise loops, in elements.
 constexpr std::int64_t elementwise_grain = 1 << 15;
 
-// The kernel table's entries (kernel_table.hpp says what each does).
-void fill(dtype t, void* out, std::int64_t n, scalar_arg value);
+// The kernel table's entries, each against its argument struct (kernel_table.hpp says what
+// each does).
+void fill(const fill_args& args);
 void copy_bytes(const void* in, void* out, std::size_t bytes);
-void cast(dtype from, const void* in, dtype to, void* out, std::int64_t n);
-void binary(binary_op op,
-            dtype t,
-            const void* a,
-            const shape& a_shape,
-            const void* b,
-            const shape& b_shape,
-            void* out,
-            const shape& out_shape);
-void binary_same_shape(
-    binary_op op, dtype t, const void* a, const void* b, void* out, std::int64_t n);
-void binary_scalar(binary_op op,
-                   dtype t,
-                   const void* a,
-                   scalar_arg s,
-                   bool scalar_left,
-                   void* out,
-                   std::int64_t n);
-void unary(unary_op op, dtype t, const void* in, void* out, std::int64_t n);
-void where(dtype t,
-           const void* cond,
-           const shape& cond_shape,
-           const void* a,
-           const shape& a_shape,
-           const void* b,
-           const shape& b_shape,
-           void* out,
-           const shape& out_shape);
-void matmul(dtype t,
-            const void* a,
-            const void* b,
-            void* c,
-            std::int64_t batch,
-            std::int64_t m,
-            std::int64_t k,
-            std::int64_t n,
-            std::int64_t a_stride,
-            std::int64_t b_stride);
-void transpose(dtype t, const void* in, void* out, std::int64_t rows, std::int64_t cols);
-void reduce(reduce_op op,
-            dtype t,
-            const void* in,
-            std::int64_t outer,
-            std::int64_t extent,
-            std::int64_t inner,
-            double scale,
-            void* out);
-void copy_rows(const void* in,
-               std::size_t in_stride,
-               void* out,
-               std::size_t out_stride,
-               std::size_t bytes,
-               std::int64_t rows);
-void index_select(std::size_t item,
-                  const void* in,
-                  std::int64_t outer,
-                  std::int64_t extent,
-                  std::int64_t inner,
-                  const std::int64_t* index,
-                  std::int64_t count,
-                  void* out);
-void softmax(dtype t, const void* in, void* out, std::int64_t rows, std::int64_t cols, bool log);
-void layer_norm(dtype t,
-                const void* in,
-                const void* weight,
-                const void* bias,
-                void* out,
-                std::int64_t rows,
-                std::int64_t cols,
-                double eps);
-void randn(dtype t, void* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream);
+void cast(const cast_args& args);
+void binary(const binary_args& args);
+void binary_same_shape(const binary_same_shape_args& args);
+void binary_scalar(const binary_scalar_args& args);
+void unary(const unary_args& args);
+void where(const where_args& args);
+void matmul(const matmul_args& args);
+void transpose(const transpose_args& args);
+void reduce(const reduce_args& args);
+void copy_rows(const copy_rows_args& args);
+void index_select(const index_select_args& args);
+void softmax(const softmax_args& args);
+void layer_norm(const layer_norm_args& args);
+void randn(const randn_args& args);
 
 // float32 building blocks of the above.
 /// f(in) elementwise over [0, n) on the calling thread; exp, log, tanh and sigmoid within 4 ulp

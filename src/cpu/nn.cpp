@@ -98,56 +98,44 @@ void layer_norm_typed(const T* in,
 
 }  // namespace
 
-void softmax(dtype t, const void* in, void* out, std::int64_t rows, std::int64_t cols, bool log) {
-  visit_dtype(t, [&](auto tag) {
+void softmax(const softmax_args& args) {
+  visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (is_float_v<T>) {
-      softmax_typed(static_cast<const T*>(in), static_cast<T*>(out), rows, cols, log);
+      softmax_typed(static_cast<const T*>(args.in), static_cast<T*>(args.out), args.rows, args.cols,
+                    args.log);
     }
   });
 }
 
-void layer_norm(dtype t,
-                const void* in,
-                const void* weight,
-                const void* bias,
-                void* out,
-                std::int64_t rows,
-                std::int64_t cols,
-                double eps) {
-  visit_dtype(t, [&](auto tag) {
+void layer_norm(const layer_norm_args& args) {
+  visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (is_float_v<T>) {
-      layer_norm_typed(static_cast<const T*>(in), static_cast<const T*>(weight),
-                       static_cast<const T*>(bias), static_cast<T*>(out), rows, cols, eps);
+      layer_norm_typed(static_cast<const T*>(args.in), static_cast<const T*>(args.weight),
+                       static_cast<const T*>(args.bias), static_cast<T*>(args.out), args.rows,
+                       args.cols, args.eps);
     }
   });
 }
 
-void copy_rows(const void* in,
-               std::size_t in_stride,
-               void* out,
-               std::size_t out_stride,
-               std::size_t bytes,
-               std::int64_t rows) {
+void copy_rows(const copy_rows_args& args) {
+  const std::size_t bytes = args.bytes;
   const auto grain = std::max<std::int64_t>(
       1, (1 << 17) / static_cast<std::int64_t>(std::max<std::size_t>(bytes, 1)));
-  parallel_chunks(rows, grain, [&](std::int64_t lo, std::int64_t hi) {
+  parallel_chunks(args.rows, grain, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t r = lo; r < hi; ++r) {
-      std::memcpy(static_cast<char*>(out) + static_cast<std::size_t>(r) * out_stride,
-                  static_cast<const char*>(in) + static_cast<std::size_t>(r) * in_stride, bytes);
+      std::memcpy(static_cast<char*>(args.out) + static_cast<std::size_t>(r) * args.out_stride,
+                  static_cast<const char*>(args.in) + static_cast<std::size_t>(r) * args.in_stride,
+                  bytes);
     }
   });
 }
 
-void index_select(std::size_t item,
-                  const void* in,
-                  std::int64_t outer,
-                  std::int64_t extent,
-                  std::int64_t inner,
-                  const std::int64_t* index,
-                  std::int64_t count,
-                  void* out) {
+void index_select(const index_select_args& args) {
+  const std::int64_t* index = args.index;
+  const std::int64_t count = args.count;
+  const std::int64_t extent = args.extent;
   for (std::int64_t j = 0; j < count; ++j) {
     if (index[j] < 0 || index[j] >= extent) {
       throw std::out_of_range("cotensor::index_select: index " + std::to_string(index[j]) +
@@ -155,16 +143,16 @@ void index_select(std::size_t item,
                               std::to_string(extent) + ")");
     }
   }
-  const std::size_t row = item * static_cast<std::size_t>(inner);
-  parallel_chunks(outer * count,
+  const std::size_t row = args.item * static_cast<std::size_t>(args.inner);
+  parallel_chunks(args.outer * count,
                   std::max<std::int64_t>(
                       1, (1 << 16) / static_cast<std::int64_t>(std::max<std::size_t>(row, 1))),
                   [&](std::int64_t lo, std::int64_t hi) {
                     for (std::int64_t r = lo; r < hi; ++r) {
                       const std::int64_t o = r / count;
                       const std::int64_t j = r % count;
-                      std::memcpy(static_cast<char*>(out) + static_cast<std::size_t>(r) * row,
-                                  static_cast<const char*>(in) +
+                      std::memcpy(static_cast<char*>(args.out) + static_cast<std::size_t>(r) * row,
+                                  static_cast<const char*>(args.in) +
                                       static_cast<std::size_t>(o * extent + index[j]) * row,
                                   row);
                     }

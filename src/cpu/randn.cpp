@@ -201,16 +201,16 @@ void randn_double(double* out, std::int64_t n, std::uint64_t seed, std::uint64_t
 
 }  // namespace
 
-void randn(dtype t, void* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream) {
-  switch (t) {
+void randn(const randn_args& args) {
+  switch (args.t) {
   case dtype::float16:
-    return randn_rounded(static_cast<float16_t*>(out), n, seed, stream);
+    return randn_rounded(static_cast<float16_t*>(args.out), args.n, args.seed, args.stream);
   case dtype::bfloat16:
-    return randn_rounded(static_cast<bfloat16_t*>(out), n, seed, stream);
+    return randn_rounded(static_cast<bfloat16_t*>(args.out), args.n, args.seed, args.stream);
   case dtype::float64:
-    return randn_double(static_cast<double*>(out), n, seed, stream);
+    return randn_double(static_cast<double*>(args.out), args.n, args.seed, args.stream);
   default:
-    return randn_float(static_cast<float*>(out), n, seed, stream);
+    return randn_float(static_cast<float*>(args.out), args.n, args.seed, args.stream);
   }
 }
 

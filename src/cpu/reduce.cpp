@@ -129,16 +129,14 @@ void extreme_typed(
 
 }  // namespace
 
-void reduce(reduce_op op,
-            dtype t,
-            const void* in,
-            std::int64_t outer,
-            std::int64_t extent,
-            std::int64_t inner,
-            double scale,
-            void* out) {
-  if (t == dtype::float32 && op == reduce_op::sum) {  // the common case, as it always was
-    const auto* f = static_cast<const float*>(in);
+void reduce(const reduce_args& args) {
+  const std::int64_t outer = args.outer;
+  const std::int64_t extent = args.extent;
+  const std::int64_t inner = args.inner;
+  const double scale = args.scale;
+  void* out = args.out;
+  if (args.t == dtype::float32 && args.op == reduce_op::sum) {  // the common case, as it always was
+    const auto* f = static_cast<const float*>(args.in);
     if (outer == 1 && inner == 1) {
       static_cast<float*>(out)[0] = static_cast<float>(sum(f, extent) * scale);
     } else {
@@ -146,10 +144,10 @@ void reduce(reduce_op op,
     }
     return;
   }
-  visit_dtype(t, [&](auto tag) {
+  visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const auto* p = static_cast<const T*>(in);
-    switch (op) {
+    const auto* p = static_cast<const T*>(args.in);
+    switch (args.op) {
     case reduce_op::sum:
       sum_typed<T>(p, outer, extent, inner, scale, static_cast<sum_out_t<T>*>(out));
       return;

@@ -194,54 +194,60 @@ constexpr bool unary_exists = std::is_same_v<T, bool>
 
 }  // namespace
 
-void launch_fill(cudaStream_t stream, dtype t, void* out, std::int64_t n, scalar_arg value) {
+void fill(const fill_args& args) {
+  const std::int64_t n = args.n;
   if (n == 0) {
     return;
   }
-  visit_dtype(t, [&](auto tag) {
+  visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    fill_kernel<T><<<blocks_for(n), threads, 0, stream>>>(static_cast<T*>(out), n,
-                                                          store<T>(scalar_as<compute_t<T>>(value)));
+    fill_kernel<T><<<blocks_for(n), threads, 0, launch_stream()>>>(
+        static_cast<T*>(args.out), n, store<T>(scalar_as<compute_t<T>>(args.value)));
   });
   check_launch("fill_kernel");
 }
 
-void launch_cast(
-    cudaStream_t stream, dtype from, const void* in, dtype to, void* out, std::int64_t n) {
+void cast(const cast_args& args) {
+  const std::int64_t n = args.n;
   if (n == 0) {
     return;
   }
-  visit_dtype(from, [&](auto f) {
+  cudaStream_t stream = launch_stream();
+  if (args.from == args.to) {
+    COTENSOR_CUDA_CHECK(cudaMemcpyAsync(args.out, args.in,
+                                        static_cast<std::size_t>(n) * itemsize(args.to),
+                                        cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  visit_dtype(args.from, [&](auto f) {
     using From = typename decltype(f)::type;
-    visit_dtype(to, [&](auto tt) {
+    visit_dtype(args.to, [&](auto tt) {
       using To = typename decltype(tt)::type;
-      cast_kernel<From, To><<<blocks_for(n), threads, 0, stream>>>(static_cast<const From*>(in),
-                                                                   static_cast<To*>(out), n);
+      cast_kernel<From, To><<<blocks_for(n), threads, 0, stream>>>(
+          static_cast<const From*>(args.in), static_cast<To*>(args.out), n);
     });
   });
   check_launch("cast_kernel");
 }
 
-void launch_binary(cudaStream_t stream,
-                   binary_op op,
-                   dtype t,
-                   const void* a,
-                   const void* b,
-                   void* out,
-                   const elementwise_layout* layout,
-                   std::int64_t n) {
+namespace {
+
+// Same-shape operands (`layout` null) or broadcast ones.
+void binary_launch(const binary_same_shape_args& args, const elementwise_layout* layout) {
+  const std::int64_t n = args.n;
   if (n == 0) {
     return;
   }
-  visit_dtype(t, [&](auto tag) {
+  cudaStream_t stream = launch_stream();
+  visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    visit_binary(op, [&](auto o) {
+    visit_binary(args.op, [&](auto o) {
       constexpr binary_op Op = decltype(o)::value;
       if constexpr (binary_exists<Op, T>) {
         using Out = binary_out_t<Op, T>;
-        const auto* pa = static_cast<const T*>(a);
-        const auto* pb = static_cast<const T*>(b);
-        auto* po = static_cast<Out*>(out);
+        const auto* pa = static_cast<const T*>(args.a);
+        const auto* pb = static_cast<const T*>(args.b);
+        auto* po = static_cast<Out*>(args.out);
         if (layout == nullptr) {
           same_shape_kernel<Op, T><<<blocks_for(n), threads, 0, stream>>>(pa, pb, po, n);
         } else {
@@ -255,25 +261,28 @@ void launch_binary(cudaStream_t stream,
   check_launch("binary_kernel");
 }
 
-void launch_binary_scalar(cudaStream_t stream,
-                          binary_op op,
-                          dtype t,
-                          const void* a,
-                          scalar_arg s,
-                          bool scalar_left,
-                          void* out,
-                          std::int64_t n) {
+}  // namespace
+
+void binary_same_shape(const binary_same_shape_args& args) { binary_launch(args, nullptr); }
+
+void launch_binary(const binary_same_shape_args& args, const elementwise_layout& layout) {
+  binary_launch(args, &layout);
+}
+
+void binary_scalar(const binary_scalar_args& args) {
+  const std::int64_t n = args.n;
   if (n == 0) {
     return;
   }
-  visit_dtype(t, [&](auto tag) {
+  cudaStream_t stream = launch_stream();
+  visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    visit_binary(op, [&](auto o) {
+    visit_binary(args.op, [&](auto o) {
       constexpr binary_op Op = decltype(o)::value;
       if constexpr (binary_exists<Op, T>) {
         scalar_kernel<Op, T><<<blocks_for(n), threads, 0, stream>>>(
-            static_cast<const T*>(a), scalar_as<compute_t<T>>(s), scalar_left,
-            static_cast<binary_out_t<Op, T>*>(out), n);
+            static_cast<const T*>(args.a), scalar_as<compute_t<T>>(args.s), args.scalar_left,
+            static_cast<binary_out_t<Op, T>*>(args.out), n);
       } else {
         throw std::invalid_argument("cotensor: an elementwise op on a dtype it does not take");
       }
@@ -282,18 +291,19 @@ void launch_binary_scalar(cudaStream_t stream,
   check_launch("scalar_kernel");
 }
 
-void launch_unary(
-    cudaStream_t stream, unary_op op, dtype t, const void* in, void* out, std::int64_t n) {
+void unary(const unary_args& args) {
+  const std::int64_t n = args.n;
   if (n == 0) {
     return;
   }
-  visit_dtype(t, [&](auto tag) {
+  cudaStream_t stream = launch_stream();
+  visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    with_unary(op, [&](auto o) {
+    with_unary(args.op, [&](auto o) {
       constexpr unary_op Op = decltype(o)::value;
       if constexpr (unary_exists<Op, T>) {
-        unary_kernel<Op, T><<<blocks_for(n), threads, 0, stream>>>(static_cast<const T*>(in),
-                                                                   static_cast<T*>(out), n);
+        unary_kernel<Op, T><<<blocks_for(n), threads, 0, stream>>>(static_cast<const T*>(args.in),
+                                                                   static_cast<T*>(args.out), n);
       } else {
         throw std::invalid_argument("cotensor: a unary op on a dtype it does not take");
       }
@@ -302,22 +312,16 @@ void launch_unary(
   check_launch("unary_kernel");
 }
 
-void launch_where(cudaStream_t stream,
-                  dtype t,
-                  const void* cond,
-                  const void* a,
-                  const void* b,
-                  void* out,
-                  const elementwise_layout& layout,
-                  std::int64_t n) {
+void launch_where(const where_args& args, const elementwise_layout& layout) {
+  const std::int64_t n = args.out_shape.numel();
   if (n == 0) {
     return;
   }
-  visit_dtype(t, [&](auto tag) {
+  visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    where_kernel<T><<<blocks_for(n), threads, 0, stream>>>(
-        static_cast<const bool*>(cond), static_cast<const T*>(a), static_cast<const T*>(b),
-        static_cast<T*>(out), layout, n);
+    where_kernel<T><<<blocks_for(n), threads, 0, launch_stream()>>>(
+        static_cast<const bool*>(args.cond), static_cast<const T*>(args.a),
+        static_cast<const T*>(args.b), static_cast<T*>(args.out), layout, n);
   });
   check_launch("where_kernel");
 }

@@ -18,23 +18,10 @@
 #include <string>
 
 namespace cotensor::detail::cuda {
+
+cudaStream_t launch_stream() { return launch_here().stream; }
+
 namespace {
-
-void fill(dtype t, void* out, std::int64_t n, scalar_arg value) {
-  launch_fill(launch_here().stream, t, out, n, value);
-}
-
-void cast(dtype from, const void* in, dtype to, void* out, std::int64_t n) {
-  launch& l = launch_here();
-  if (from == to) {
-    if (n > 0) {
-      COTENSOR_CUDA_CHECK(cudaMemcpyAsync(out, in, static_cast<std::size_t>(n) * itemsize(to),
-                                          cudaMemcpyDeviceToDevice, l.stream));
-    }
-    return;
-  }
-  launch_cast(l.stream, from, in, to, out, n);
-}
 
 // Same device, or from another device (after its writer: order_after_writers_elsewhere), as a
 // peer copy: memory from a device's pool is not mapped for its peers, so the driver must stage
@@ -130,54 +117,22 @@ elementwise_layout layout_for(std::initializer_list<const shape*> operands, cons
   return l;
 }
 
-void binary(binary_op op,
-            dtype t,
-            const void* a,
-            const shape& a_shape,
-            const void* b,
-            const shape& b_shape,
-            void* out,
-            const shape& out_shape) {
-  launch& l = launch_here();
-  const std::int64_t n = out_shape.numel();
-  if (a_shape == b_shape) {
-    launch_binary(l.stream, op, t, a, b, out, nullptr, n);
+void binary(const binary_args& args) {
+  const binary_same_shape_args same{.op = args.op,
+                                    .t = args.t,
+                                    .a = args.a,
+                                    .b = args.b,
+                                    .out = args.out,
+                                    .n = args.out_shape.numel()};
+  if (args.a_shape == args.b_shape) {
+    binary_same_shape(same);
     return;
   }
-  const elementwise_layout layout = layout_for({&a_shape, &b_shape}, out_shape);
-  launch_binary(l.stream, op, t, a, b, out, &layout, n);
+  launch_binary(same, layout_for({&args.a_shape, &args.b_shape}, args.out_shape));
 }
 
-void binary_same_shape(
-    binary_op op, dtype t, const void* a, const void* b, void* out, std::int64_t n) {
-  launch_binary(launch_here().stream, op, t, a, b, out, nullptr, n);
-}
-
-void binary_scalar(binary_op op,
-                   dtype t,
-                   const void* a,
-                   scalar_arg s,
-                   bool scalar_left,
-                   void* out,
-                   std::int64_t n) {
-  launch_binary_scalar(launch_here().stream, op, t, a, s, scalar_left, out, n);
-}
-
-void unary(unary_op op, dtype t, const void* in, void* out, std::int64_t n) {
-  launch_unary(launch_here().stream, op, t, in, out, n);
-}
-
-void where(dtype t,
-           const void* cond,
-           const shape& cond_shape,
-           const void* a,
-           const shape& a_shape,
-           const void* b,
-           const shape& b_shape,
-           void* out,
-           const shape& out_shape) {
-  launch_where(launch_here().stream, t, cond, a, b, out,
-               layout_for({&cond_shape, &a_shape, &b_shape}, out_shape), out_shape.numel());
+void where(const where_args& args) {
+  launch_where(args, layout_for({&args.cond_shape, &args.a_shape, &args.b_shape}, args.out_shape));
 }
 
 int blas_int(std::int64_t v) {
@@ -223,41 +178,32 @@ void gemm(dtype t, const void* a, const void* b, void* c, int m, int k, int n) {
   }
 }
 
-void matmul(dtype t,
-            const void* pa,
-            const void* pb,
-            void* pc,
-            std::int64_t batch,
-            std::int64_t m,
-            std::int64_t k,
-            std::int64_t n,
-            std::int64_t a_stride,
-            std::int64_t b_stride) {
-  launch& l = launch_here();
+void matmul(const matmul_args& args) {
+  const std::int64_t batch = args.batch;
+  const std::int64_t m = args.m;
+  const std::int64_t k = args.k;
+  const std::int64_t n = args.n;
   if (m == 0 || n == 0 || batch == 0) {
     return;
   }
   if (k == 0) {
-    launch_fill(l.stream, t, pc, batch * m * n, scalar_arg{});
+    fill({.t = args.t, .out = args.c, .n = batch * m * n, .value = {}});
     return;
   }
-  const std::size_t item = itemsize(t);
+  const std::size_t item = itemsize(args.t);
   for (std::int64_t i = 0; i < batch; ++i) {
-    gemm(t, static_cast<const char*>(pa) + static_cast<std::size_t>(i * a_stride) * item,
-         static_cast<const char*>(pb) + static_cast<std::size_t>(i * b_stride) * item,
-         static_cast<char*>(pc) + static_cast<std::size_t>(i * m * n) * item, blas_int(m),
+    gemm(args.t,
+         static_cast<const char*>(args.a) + static_cast<std::size_t>(i * args.a_stride) * item,
+         static_cast<const char*>(args.b) + static_cast<std::size_t>(i * args.b_stride) * item,
+         static_cast<char*>(args.c) + static_cast<std::size_t>(i * m * n) * item, blas_int(m),
          blas_int(k), blas_int(n));
   }
-}
-
-void transpose(dtype t, const void* in, void* out, std::int64_t rows, std::int64_t cols) {
-  launch_transpose_bytes(launch_here().stream, itemsize(t), in, out, rows, cols);
 }
 
 void sum_all(const float* in, std::int64_t n, double scale, float* out) {
   launch& l = launch_here();
   if (n == 0) {
-    launch_fill(l.stream, dtype::float32, out, 1, scalar_arg{});
+    fill({.t = dtype::float32, .out = out, .n = 1, .value = {}});
     return;
   }
   const std::size_t bytes = sum_scratch_bytes(n);
@@ -274,44 +220,38 @@ void sum_all(const float* in, std::int64_t n, double scale, float* out) {
 
 // float32 sums take the tuned paths (CUB over a whole tensor, coalesced axis sums); every
 // other reduction the generic kernel of reduce.cu.
-void reduce(reduce_op op,
-            dtype t,
-            const void* in,
-            std::int64_t outer,
-            std::int64_t extent,
-            std::int64_t inner,
-            double scale,
-            void* out) {
-  launch& l = launch_here();
-  if (op == reduce_op::sum && t == dtype::float32) {
+void reduce(const reduce_args& args) {
+  const std::int64_t outer = args.outer;
+  const std::int64_t extent = args.extent;
+  const std::int64_t inner = args.inner;
+  if (args.op == reduce_op::sum && args.t == dtype::float32) {
+    const auto* in = static_cast<const float*>(args.in);
+    auto* out = static_cast<float*>(args.out);
     if (outer == 1 && inner == 1) {
-      sum_all(static_cast<const float*>(in), extent, scale, static_cast<float*>(out));
+      sum_all(in, extent, args.scale, out);
       return;
     }
-    launch_sum_axis(l.stream, static_cast<const float*>(in), outer, extent, inner, scale,
-                    static_cast<float*>(out));
+    launch_sum_axis(launch_stream(), in, outer, extent, inner, args.scale, out);
     return;
   }
-  if (extent == 0 && op == reduce_op::sum) {
-    launch_fill(l.stream, t == dtype::boolean || t == dtype::int32 ? dtype::int64 : t, out,
-                outer * inner, scalar_arg{});
+  if (extent == 0 && args.op == reduce_op::sum) {
+    const dtype t = args.t;
+    fill({.t = t == dtype::boolean || t == dtype::int32 ? dtype::int64 : t,
+          .out = args.out,
+          .n = outer * inner,
+          .value = {}});
     return;
   }
-  launch_reduce(l.stream, op, t, in, outer, extent, inner, scale, out);
+  launch_reduce(args);
 }
 
-void copy_rows(const void* in,
-               std::size_t in_stride,
-               void* out,
-               std::size_t out_stride,
-               std::size_t bytes,
-               std::int64_t rows) {
-  if (rows == 0 || bytes == 0) {
+void copy_rows(const copy_rows_args& args) {
+  if (args.rows == 0 || args.bytes == 0) {
     return;
   }
-  COTENSOR_CUDA_CHECK(cudaMemcpy2DAsync(out, out_stride, in, in_stride, bytes,
-                                        static_cast<std::size_t>(rows), cudaMemcpyDeviceToDevice,
-                                        launch_here().stream));
+  COTENSOR_CUDA_CHECK(cudaMemcpy2DAsync(args.out, args.out_stride, args.in, args.in_stride,
+                                        args.bytes, static_cast<std::size_t>(args.rows),
+                                        cudaMemcpyDeviceToDevice, launch_stream()));
 }
 
 // index_select's check of its indices, which live on the device: the kernel raises a flag,
@@ -342,26 +282,19 @@ struct index_check {
   }
 };
 
-void index_select(std::size_t item,
-                  const void* in,
-                  std::int64_t outer,
-                  std::int64_t extent,
-                  std::int64_t inner,
-                  const std::int64_t* index,
-                  std::int64_t count,
-                  void* out) {
+void index_select(const index_select_args& args) {
   launch& l = launch_here();
-  if (outer * count * inner == 0) {
+  if (args.outer * args.count * args.inner == 0) {
     return;
   }
   device_context& d = *l.device;
-  auto* c = new index_check{&d, d.staging().acquire(sizeof(int)), extent};
+  auto* c = new index_check{&d, d.staging().acquire(sizeof(int)), args.extent};
   l.after = {&index_check::finish, c};  // from here on, freed by the launch whatever happens
   int* flag = nullptr;
   COTENSOR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&flag), sizeof(int), l.stream));
   try {
     COTENSOR_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), l.stream));
-    launch_index_select(l.stream, item, in, outer, extent, inner, index, count, out, flag);
+    launch_index_select(args, flag);
     COTENSOR_CUDA_CHECK(
         cudaMemcpyAsync(c->block.data, flag, sizeof(int), cudaMemcpyDeviceToHost, l.stream));
   } catch (...) {
@@ -369,25 +302,6 @@ void index_select(std::size_t item,
     throw;
   }
   COTENSOR_CUDA_CHECK(cudaFreeAsync(flag, l.stream));
-}
-
-void softmax(dtype t, const void* in, void* out, std::int64_t rows, std::int64_t cols, bool log) {
-  launch_softmax(launch_here().stream, t, in, out, rows, cols, log);
-}
-
-void layer_norm(dtype t,
-                const void* in,
-                const void* weight,
-                const void* bias,
-                void* out,
-                std::int64_t rows,
-                std::int64_t cols,
-                double eps) {
-  launch_layer_norm(launch_here().stream, t, in, weight, bias, out, rows, cols, eps);
-}
-
-void randn(dtype t, void* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream) {
-  launch_randn_typed(launch_here().stream, t, out, n, seed, stream);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// The elementwise, layout and random kernels of the CUDA backend (launched from kernel_table.cpp
-// on the op's stream). Built without fast math: exp, log, tanh within CUDA's 2 ulp, sqrt and
-// division correctly rounded, no fused multiply-add (randn's bits are the CPU's).
+// The layout and random kernels of the CUDA backend, and the float32 sums of kernel_table.cpp,
+// launched on the op's stream. Built without fast math: exp, log, tanh within CUDA's 2 ulp,
+// sqrt and division correctly rounded, no fused multiply-add (randn's bits are the CPU's).
 
 #include "cuda/cuda_error.hpp"
 #include "cuda/grid.cuh"
@@ -154,12 +154,10 @@ __global__ void randn_typed_kernel(
 
 }  // namespace
 
-void launch_transpose_bytes(cudaStream_t stream,
-                            std::size_t item,
-                            const void* in,
-                            void* out,
-                            std::int64_t rows,
-                            std::int64_t cols) {
+// By element size: a transpose moves bytes.
+void transpose(const transpose_args& args) {
+  const std::int64_t rows = args.rows;
+  const std::int64_t cols = args.cols;
   if (rows == 0 || cols == 0) {
     return;
   }
@@ -170,12 +168,13 @@ void launch_transpose_bytes(cudaStream_t stream,
   }
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
   const dim3 block(tile, tile_rows);
+  cudaStream_t stream = launch_stream();
   auto run = [&](auto* typed) {
     using T = std::remove_pointer_t<decltype(typed)>;
-    transpose_kernel<T>
-        <<<grid, block, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), rows, cols);
+    transpose_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T*>(args.in),
+                                                    static_cast<T*>(args.out), rows, cols);
   };
-  switch (item) {
+  switch (itemsize(args.t)) {
   case 1:
     run(static_cast<std::uint8_t*>(nullptr));
     break;
@@ -229,18 +228,20 @@ void launch_randn(cudaStream_t stream,
   check_launch("randn_kernel");
 }
 
-void launch_randn_typed(cudaStream_t stream,
-                        dtype t,
-                        void* out,
-                        std::int64_t n,
-                        std::uint64_t seed,
-                        std::uint64_t philox_stream) {
+// float16/bfloat16 are the float32 samples rounded, float64 the CPU's own 53-bit draw
+// (Box-Muller in double: CUDA's log, sin and cos, so not always the CPU's last bit).
+void randn(const randn_args& args) {
+  const std::int64_t n = args.n;
   if (n == 0) {
     return;
   }
+  cudaStream_t stream = launch_stream();
+  void* out = args.out;
+  const std::uint64_t seed = args.seed;
+  const std::uint64_t philox_stream = args.stream;
   const auto k0 = static_cast<std::uint32_t>(seed);
   const auto k1 = static_cast<std::uint32_t>(seed >> 32);
-  switch (t) {
+  switch (args.t) {
   case dtype::float16:
     randn_typed_kernel<float16_t><<<blocks_for((n + 3) / 4), threads, 0, stream>>>(
         static_cast<float16_t*>(out), n, k0, k1, philox_stream);

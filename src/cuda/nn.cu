@@ -172,66 +172,46 @@ void with_float(dtype t, F&& f) {
 
 }  // namespace
 
-void launch_softmax(cudaStream_t stream,
-                    dtype t,
-                    const void* in,
-                    void* out,
-                    std::int64_t rows,
-                    std::int64_t cols,
-                    bool log) {
-  if (rows == 0 || cols == 0) {
+void softmax(const softmax_args& args) {
+  const std::int64_t rows = args.rows;
+  if (rows == 0 || args.cols == 0) {
     return;
   }
-  with_float(t, [&](auto tag) {
+  with_float(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    softmax_kernel<T><<<row_blocks(rows), row_threads, 0, stream>>>(
-        static_cast<const T*>(in), static_cast<T*>(out), rows, cols, log);
+    softmax_kernel<T><<<row_blocks(rows), row_threads, 0, launch_stream()>>>(
+        static_cast<const T*>(args.in), static_cast<T*>(args.out), rows, args.cols, args.log);
   });
   check_launch("softmax_kernel");
 }
 
-void launch_layer_norm(cudaStream_t stream,
-                       dtype t,
-                       const void* in,
-                       const void* weight,
-                       const void* bias,
-                       void* out,
-                       std::int64_t rows,
-                       std::int64_t cols,
-                       double eps) {
-  if (rows == 0 || cols == 0) {
+void layer_norm(const layer_norm_args& args) {
+  const std::int64_t rows = args.rows;
+  if (rows == 0 || args.cols == 0) {
     return;
   }
-  with_float(t, [&](auto tag) {
+  with_float(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    layer_norm_kernel<T><<<row_blocks(rows), row_threads, 0, stream>>>(
-        static_cast<const T*>(in), static_cast<const T*>(weight), static_cast<const T*>(bias),
-        static_cast<T*>(out), rows, cols, eps);
+    layer_norm_kernel<T><<<row_blocks(rows), row_threads, 0, launch_stream()>>>(
+        static_cast<const T*>(args.in), static_cast<const T*>(args.weight),
+        static_cast<const T*>(args.bias), static_cast<T*>(args.out), rows, args.cols, args.eps);
   });
   check_launch("layer_norm_kernel");
 }
 
-void launch_index_select(cudaStream_t stream,
-                         std::size_t item,
-                         const void* in,
-                         std::int64_t outer,
-                         std::int64_t extent,
-                         std::int64_t inner,
-                         const std::int64_t* index,
-                         std::int64_t count,
-                         void* out,
-                         int* bad_index) {
-  const std::int64_t n = outer * count * inner;
+void launch_index_select(const index_select_args& args, int* bad_index) {
+  const std::int64_t n = args.outer * args.count * args.inner;
   if (n == 0) {
     return;
   }
+  cudaStream_t stream = launch_stream();
   auto run = [&](auto word) {
     using W = decltype(word);
-    index_select_kernel<W><<<blocks_for(n), threads, 0, stream>>>(static_cast<const W*>(in), outer,
-                                                                  extent, inner, index, count,
-                                                                  static_cast<W*>(out), bad_index);
+    index_select_kernel<W><<<blocks_for(n), threads, 0, stream>>>(
+        static_cast<const W*>(args.in), args.outer, args.extent, args.inner, args.index, args.count,
+        static_cast<W*>(args.out), bad_index);
   };
-  switch (item) {
+  switch (args.item) {
   case 1:
     run(std::uint8_t{});
     break;

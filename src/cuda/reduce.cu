@@ -165,24 +165,22 @@ __global__ void reduce_kernel(const T* in,
 
 }  // namespace
 
-void launch_reduce(cudaStream_t stream,
-                   reduce_op op,
-                   dtype t,
-                   const void* in,
-                   std::int64_t outer,
-                   std::int64_t extent,
-                   std::int64_t inner,
-                   double scale,
-                   void* out) {
+void launch_reduce(const reduce_args& args) {
+  const std::int64_t outer = args.outer;
+  const std::int64_t extent = args.extent;
+  const std::int64_t inner = args.inner;
+  const double scale = args.scale;
+  void* out = args.out;
   const std::int64_t outputs = outer * inner;
   if (outputs == 0) {
     return;
   }
+  cudaStream_t stream = launch_stream();
   const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(outputs, 65535));
-  visit_dtype(t, [&](auto tag) {
+  visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const auto* p = static_cast<const T*>(in);
-    switch (op) {
+    const auto* p = static_cast<const T*>(args.in);
+    switch (args.op) {
     case reduce_op::sum:
       reduce_kernel<reduce_op::sum, T>
           <<<blocks, reduce_threads, 0, stream>>>(p, outer, extent, inner, scale, out);

@@ -1,17 +1,34 @@
 #pragma once
 
-// The CUDA kernels for every dtype, launched on a stream: elementwise (elementwise.cu),
-// reductions (reduce.cu) and the row-wise ops of models (nn.cu). Declared in plain C++ (this
-// header compiles with the host compiler) like kernels.hpp. Each launch checks the launch and
-// throws std::system_error in `cuda_category()` if it failed.
+// The CUDA kernels for every dtype: elementwise (elementwise.cu), reductions (reduce.cu), the
+// row-wise ops of models (nn.cu) and the rest (kernels.cu). Declared in plain C++ (this header
+// compiles with the host compiler) like kernels.hpp. Each enqueues its work on the stream of
+// the launch in progress on this thread (`launch_stream()`), checks the launch and throws
+// std::system_error in `cuda_category()` if it failed.
 
 #include "kernels/kernel_table.hpp"
 
-#include <cstddef>
 #include <cstdint>
 #include <cuda_runtime_api.h>
 
 namespace cotensor::detail::cuda {
+
+/// The stream of the launch in progress on this thread (`launch_here().stream`,
+/// device_context.hpp, which the .cu files do not include).
+cudaStream_t launch_stream();
+
+// The kernel table's entries that are one launch, defined in the .cu files against their
+// argument structs (kernel_table.hpp says what each does). The others are in kernel_table.cpp,
+// over the helpers below.
+void fill(const fill_args& args);
+void cast(const cast_args& args);
+void binary_same_shape(const binary_same_shape_args& args);
+void binary_scalar(const binary_scalar_args& args);
+void unary(const unary_args& args);
+void transpose(const transpose_args& args);
+void softmax(const softmax_args& args);
+void layer_norm(const layer_norm_args& args);
+void randn(const randn_args& args);
 
 /// An output's extents and up to three operands' strides in its index space (0 where
 /// broadcast), for broadcasting binary ops (two operands) and `where` (three).
@@ -22,93 +39,15 @@ struct elementwise_layout {
   std::int64_t stride[3][max_rank] = {};
 };
 
-void launch_fill(cudaStream_t stream, dtype t, void* out, std::int64_t n, scalar_arg value);
-void launch_cast(
-    cudaStream_t stream, dtype from, const void* in, dtype to, void* out, std::int64_t n);
-/// out = a ⊗ b; `layout` null for operands of the output's shape.
-void launch_binary(cudaStream_t stream,
-                   binary_op op,
-                   dtype t,
-                   const void* a,
-                   const void* b,
-                   void* out,
-                   const elementwise_layout* layout,
-                   std::int64_t n);
-void launch_binary_scalar(cudaStream_t stream,
-                          binary_op op,
-                          dtype t,
-                          const void* a,
-                          scalar_arg s,
-                          bool scalar_left,
-                          void* out,
-                          std::int64_t n);
-void launch_unary(
-    cudaStream_t stream, unary_op op, dtype t, const void* in, void* out, std::int64_t n);
-void launch_where(cudaStream_t stream,
-                  dtype t,
-                  const void* cond,
-                  const void* a,
-                  const void* b,
-                  void* out,
-                  const elementwise_layout& layout,
-                  std::int64_t n);
-
-/// `op` over the middle axis of [outer, extent, inner], as kernel_table::reduce; sums
-/// accumulate in double (float32, float64), float (float16, bfloat16) or int64, in a fixed
-/// order.
-void launch_reduce(cudaStream_t stream,
-                   reduce_op op,
-                   dtype t,
-                   const void* in,
-                   std::int64_t outer,
-                   std::int64_t extent,
-                   std::int64_t inner,
-                   double scale,
-                   void* out);
-
-void launch_softmax(cudaStream_t stream,
-                    dtype t,
-                    const void* in,
-                    void* out,
-                    std::int64_t rows,
-                    std::int64_t cols,
-                    bool log);
-void launch_layer_norm(cudaStream_t stream,
-                       dtype t,
-                       const void* in,
-                       const void* weight,
-                       const void* bias,
-                       void* out,
-                       std::int64_t rows,
-                       std::int64_t cols,
-                       double eps);
-/// As kernel_table::index_select; an index outside [0, extent) writes zeros and sets
+/// `args` with `a` and `b` broadcast to the output by `layout` (`args.n` its elements).
+void launch_binary(const binary_same_shape_args& args, const elementwise_layout& layout);
+/// kernel_table::where, its operands broadcast by `layout`.
+void launch_where(const where_args& args, const elementwise_layout& layout);
+/// kernel_table::reduce by the generic kernel; sums accumulate in double (float32, float64),
+/// float (float16, bfloat16) or int64, in a fixed order.
+void launch_reduce(const reduce_args& args);
+/// kernel_table::index_select, except that an index outside [0, extent) writes zeros and sets
 /// `*bad_index` (device memory) to 1, which the caller checks after the stream has run.
-void launch_index_select(cudaStream_t stream,
-                         std::size_t item,
-                         const void* in,
-                         std::int64_t outer,
-                         std::int64_t extent,
-                         std::int64_t inner,
-                         const std::int64_t* index,
-                         std::int64_t count,
-                         void* out,
-                         int* bad_index);
-/// Standard normal samples of a float dtype: float16/bfloat16 are the float32 samples rounded,
-/// float64 the CPU's own 53-bit draw (Box-Muller in double: CUDA's log, sin and cos, so not
-/// always the CPU's last bit).
-void launch_randn_typed(cudaStream_t stream,
-                        dtype t,
-                        void* out,
-                        std::int64_t n,
-                        std::uint64_t seed,
-                        std::uint64_t philox_stream);
-/// out[cols, rows] = in[rows, cols]ᵀ, for elements of `item` bytes (1, 2, 4 or 8).
-void launch_transpose_bytes(cudaStream_t stream,
-                            std::size_t item,
-                            const void* in,
-                            void* out,
-                            std::int64_t rows,
-                            std::int64_t cols);
+void launch_index_select(const index_select_args& args, int* bad_index);
 
 }  // namespace cotensor::detail::cuda

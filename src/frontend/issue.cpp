@@ -73,7 +73,7 @@ tensor cast_to(const tensor& x, dtype t, const char* op) {
   kernels_checked(op, x.device(), t);
   auto out = allocate(op, x.shape(), x.device(), t);
   issue("astype", {in}, {out}, [k = &k, from, t, pin = in.get(), po = out.get(), n = x.numel()] {
-    k->cast(from, pin->raw(), t, po->raw(), n);
+    k->cast({.from = from, .in = pin->raw(), .to = t, .out = po->raw(), .n = n});
   });
   return {detail::internal, std::move(out), x.shape()};
 }
@@ -200,7 +200,7 @@ void issue_in_place(const char* op, binary_op kind, const tensor& a, const tenso
     const auto& sr = r.storage();
     const auto& sa = a.storage();
     issue(op, {sr}, {sa}, [k = &k, t, to = a.dtype(), pr = sr.get(), pa = sa.get(), n = a.numel()] {
-      k->cast(t, pr->raw(), to, pa->raw(), n);
+      k->cast({.from = t, .in = pr->raw(), .to = to, .out = pa->raw(), .n = n});
     });
     return;
   }
@@ -212,7 +212,14 @@ void issue_in_place(const char* op, binary_op kind, const tensor& a, const tenso
   issue(op, {sa, sb}, {sa},
         [k = &k, kind, t, pa = sa.get(), pb = sb.get(), as = a.shape(), bs = b.shape()] {
           void* data = pa->raw();
-          k->binary(kind, t, data, as, pb->raw(), bs, data, as);
+          k->binary({.op = kind,
+                     .t = t,
+                     .a = data,
+                     .a_shape = as,
+                     .b = pb->raw(),
+                     .b_shape = bs,
+                     .out = data,
+                     .out_shape = as});
         });
 }
 
@@ -227,7 +234,8 @@ void issue_in_place(const char* op, binary_op kind, const tensor& a, scalar s) {
   const scalar_arg arg = scalar_for(op, s, t);
   issue(op, {sa}, {sa}, [k = &k, kind, t, pa = sa.get(), arg, n = a.numel()] {
     void* data = pa->raw();
-    k->binary_scalar(kind, t, data, arg, false, data, n);
+    k->binary_scalar(
+        {.op = kind, .t = t, .a = data, .s = arg, .scalar_left = false, .out = data, .n = n});
   });
 }
 
@@ -273,13 +281,22 @@ tensor binary(const char* op, binary_op kind, const tensor& a, const tensor& b) 
   if (same_shape) {  // the common case: a closure small enough to live in the op
     issue(op, {sa, sb}, {out},
           [k = &k, kind, t, pa = sa.get(), pb = sb.get(), po = out.get(), n = a.numel()] {
-            k->binary_same_shape(kind, t, pa->raw(), pb->raw(), po->raw(), n);
+            k->binary_same_shape(
+                {.op = kind, .t = t, .a = pa->raw(), .b = pb->raw(), .out = po->raw(), .n = n});
           });
   } else {
     issue(op, {sa, sb}, {out},
           [k = &k, kind, t, pa = sa.get(), pb = sb.get(), po = out.get(), as = a.shape(),
-           bs = b.shape(),
-           os = out_shape] { k->binary(kind, t, pa->raw(), as, pb->raw(), bs, po->raw(), os); });
+           bs = b.shape(), os = out_shape] {
+            k->binary({.op = kind,
+                       .t = t,
+                       .a = pa->raw(),
+                       .a_shape = as,
+                       .b = pb->raw(),
+                       .b_shape = bs,
+                       .out = po->raw(),
+                       .out_shape = os});
+          });
   }
   return {detail::internal, std::move(out), std::move(out_shape)};
 }
@@ -295,7 +312,13 @@ tensor scalar_op(binary_op kind, const tensor& a, scalar s, bool scalar_left, co
   auto out = allocate(op, a.shape(), a.device(), written(kind, t));
   issue(op, {sa}, {out},
         [k = &k, kind, t, pa = sa.get(), po = out.get(), arg, scalar_left, n = a.numel()] {
-          k->binary_scalar(kind, t, pa->raw(), arg, scalar_left, po->raw(), n);
+          k->binary_scalar({.op = kind,
+                            .t = t,
+                            .a = pa->raw(),
+                            .s = arg,
+                            .scalar_left = scalar_left,
+                            .out = po->raw(),
+                            .n = n});
         });
   return {detail::internal, std::move(out), a.shape()};
 }

@@ -44,8 +44,9 @@ tensor filled(const char* op, shape s, scalar value, dtype t, device d) {
   detail::scalar_arg arg;
   arg.f = value.to_double();
   arg.i = is_floating(t) ? 0 : integer_fill(value.to_double(), t);
-  detail::issue(op, {}, {out},
-                [k = &k, t, p = out.get(), n = s.numel(), arg] { k->fill(t, p->raw(), n, arg); });
+  detail::issue(op, {}, {out}, [k = &k, t, p = out.get(), n = s.numel(), arg] {
+    k->fill({.t = t, .out = p->raw(), .n = n, .value = arg});
+  });
   return {detail::internal, std::move(out), std::move(s)};
 }
 
@@ -80,7 +81,7 @@ tensor unary(const char* op, unary_op kind, const tensor& x) {
   auto out = detail::allocate(op, x.shape(), x.device(), t);
   detail::issue(op, {sin}, {out},
                 [k = &k, kind, t, pin = sin.get(), po = out.get(), n = x.numel()] {
-                  k->unary(kind, t, pin->raw(), po->raw(), n);
+                  k->unary({.op = kind, .t = t, .in = pin->raw(), .out = po->raw(), .n = n});
                 });
   return {detail::internal, std::move(out), x.shape()};
 }
@@ -330,7 +331,15 @@ tensor where(const tensor& cond, const tensor& a, const tensor& b) {
   detail::issue("where", {sc, sa, sb}, {out},
                 [k = &k, t, pc = sc.get(), pa = sa.get(), pb = sb.get(), po = out.get(),
                  cs = cond.shape(), as = a.shape(), bs = b.shape(), os = out_shape] {
-                  k->where(t, pc->raw(), cs, pa->raw(), as, pb->raw(), bs, po->raw(), os);
+                  k->where({.t = t,
+                            .cond = pc->raw(),
+                            .cond_shape = cs,
+                            .a = pa->raw(),
+                            .a_shape = as,
+                            .b = pb->raw(),
+                            .b_shape = bs,
+                            .out = po->raw(),
+                            .out_shape = os});
                 });
   return {detail::internal, std::move(out), std::move(out_shape)};
 }
@@ -382,8 +391,16 @@ tensor matmul(const tensor& a, const tensor& b) {
   detail::issue("matmul", {sa, sb}, {out},
                 [kt = &kt, t, pa = sa.get(), pb = sb.get(), pc = out.get(), batch, m, k, n,
                  a_stride, b_stride] {
-                  kt->matmul(t, pa->raw(), pb->raw(), pc->raw(), batch, m, k, n, a_stride,
-                             b_stride);
+                  kt->matmul({.t = t,
+                              .a = pa->raw(),
+                              .b = pb->raw(),
+                              .c = pc->raw(),
+                              .batch = batch,
+                              .m = m,
+                              .k = k,
+                              .n = n,
+                              .a_stride = a_stride,
+                              .b_stride = b_stride});
                 });
   return {detail::internal, std::move(out), std::move(out_shape)};
 }

@@ -34,7 +34,7 @@ tensor randn(shape s, dtype t, device d) {
   const std::uint64_t seed = next.first;
   const std::uint64_t stream = next.second;
   detail::issue("randn", {}, {out}, [k = &k, t, p = out.get(), n = s.numel(), seed, stream] {
-    k->randn(t, p->raw(), n, seed, stream);
+    k->randn({.t = t, .out = p->raw(), .n = n, .seed = seed, .stream = stream});
   });
   return {detail::internal, std::move(out), std::move(s)};
 }

@@ -48,7 +48,14 @@ tensor reduce_view(const char* name,
   auto out = detail::allocate(name, out_shape, x.device(), reduced_dtype(op, t));
   detail::issue(name, {in}, {out},
                 [k = &k, op, t, pin = in.get(), po = out.get(), outer, extent, inner, scale] {
-                  k->reduce(op, t, pin->raw(), outer, extent, inner, scale, po->raw());
+                  k->reduce({.op = op,
+                             .t = t,
+                             .in = pin->raw(),
+                             .outer = outer,
+                             .extent = extent,
+                             .inner = inner,
+                             .scale = scale,
+                             .out = po->raw()});
                 });
   return {detail::internal, std::move(out), std::move(out_shape)};
 }
@@ -115,10 +122,12 @@ tensor softmax_op(const char* op, const tensor& x, bool log) {
   detail::require_kernel(op, x.device(), reinterpret_cast<const void*>(k.softmax));
   auto out = detail::allocate(op, x.shape(), x.device(), t);
   const auto& sin = in.storage();
-  detail::issue(op, {sin}, {out},
-                [k = &k, t, pin = sin.get(), po = out.get(), rows = rows, cols = cols, log] {
-                  k->softmax(t, pin->raw(), po->raw(), rows, cols, log);
-                });
+  detail::issue(
+      op, {sin}, {out},
+      [k = &k, t, pin = sin.get(), po = out.get(), rows = rows, cols = cols, log] {
+        k->softmax(
+            {.t = t, .in = pin->raw(), .out = po->raw(), .rows = rows, .cols = cols, .log = log});
+      });
   return {detail::internal, std::move(out), x.shape()};
 }
 
@@ -156,8 +165,14 @@ tensor layer_norm(const tensor& x, const tensor& weight, const tensor& bias, dou
                 [k = &k, t, pin = sin.get(), pw = weight.defined() ? sw.get() : nullptr,
                  pb = bias.defined() ? sb.get() : nullptr, po = out.get(), rows = rows, cols = cols,
                  eps] {
-                  k->layer_norm(t, pin->raw(), pw != nullptr ? pw->raw() : nullptr,
-                                pb != nullptr ? pb->raw() : nullptr, po->raw(), rows, cols, eps);
+                  k->layer_norm({.t = t,
+                                 .in = pin->raw(),
+                                 .weight = pw != nullptr ? pw->raw() : nullptr,
+                                 .bias = pb != nullptr ? pb->raw() : nullptr,
+                                 .out = po->raw(),
+                                 .rows = rows,
+                                 .cols = cols,
+                                 .eps = eps});
                 });
   return {detail::internal, std::move(out), x.shape()};
 }

@@ -27,7 +27,7 @@ tensor transpose(const tensor& a) {
   const detail::kernel_table& k = detail::kernels_checked("transpose", a.device(), t);
   auto out = detail::allocate("transpose", out_shape, a.device(), t);
   detail::issue("transpose", {in}, {out}, [k = &k, t, pin = in.get(), po = out.get(), rows, cols] {
-    k->transpose(t, pin->raw(), po->raw(), rows, cols);
+    k->transpose({.t = t, .in = pin->raw(), .out = po->raw(), .rows = rows, .cols = cols});
   });
   return {detail::internal, std::move(out), std::move(out_shape)};
 }
@@ -106,8 +106,12 @@ tensor concat(const std::vector<tensor>& xs, int axis) {
     detail::issue("concat", {in}, {out},
                   [k = &k, pin = in.get(), po = out.get(), offset, row, out_row, rows = outer] {
                     if (row > 0) {
-                      k->copy_rows(pin->raw(), row, static_cast<char*>(po->raw()) + offset, out_row,
-                                   row, rows);
+                      k->copy_rows({.in = pin->raw(),
+                                    .in_stride = row,
+                                    .out = static_cast<char*>(po->raw()) + offset,
+                                    .out_stride = out_row,
+                                    .bytes = row,
+                                    .rows = rows});
                     }
                   });
     offset += row;
@@ -140,8 +144,12 @@ tensor slice(const tensor& x, int axis, std::int64_t start, std::int64_t stop) {
   detail::issue("slice", {in}, {out},
                 [k = &k, pin = in.get(), po = out.get(), in_row, row, skip, rows = outer] {
                   if (row > 0) {
-                    k->copy_rows(static_cast<const char*>(pin->raw()) + skip, in_row, po->raw(),
-                                 row, row, rows);
+                    k->copy_rows({.in = static_cast<const char*>(pin->raw()) + skip,
+                                  .in_stride = in_row,
+                                  .out = po->raw(),
+                                  .out_stride = row,
+                                  .bytes = row,
+                                  .rows = rows});
                   }
                 });
   return {detail::internal, std::move(out), std::move(out_shape)};
@@ -169,8 +177,14 @@ tensor index_select(const tensor& x, int axis, const tensor& index) {
                 // capture them plainly.
                 [k = &k, item = itemsize(t), pin = in.get(), pi = idx.get(), po = out.get(),
                  outer = outer, extent = x.shape()[ax], inner = inner, count] {
-                  k->index_select(item, pin->raw(), outer, extent, inner, pi->data<std::int64_t>(),
-                                  count, po->raw());
+                  k->index_select({.item = item,
+                                   .in = pin->raw(),
+                                   .outer = outer,
+                                   .extent = extent,
+                                   .inner = inner,
+                                   .index = pi->data<std::int64_t>(),
+                                   .count = count,
+                                   .out = po->raw()});
                 });
   return {detail::internal, std::move(out), std::move(out_shape)};
 }

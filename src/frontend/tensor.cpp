@@ -76,7 +76,8 @@ void tensor::read_to_host(cotensor::dtype t, void* out, const char* what) const 
     return;
   }
   // Converted on the calling thread (the value is computed: nothing else writes it now).
-  detail::cpu_kernel_table->cast(dtype(), storage_->raw(), t, out, numel());
+  detail::cpu_kernel_table->cast(
+      {.from = dtype(), .in = storage_->raw(), .to = t, .out = out, .n = numel()});
 }
 
 tensor tensor::to(cotensor::device d) const {

@@ -86,7 +86,191 @@ constexpr dtype_set dtype_bit(dtype t) noexcept {
 }
 constexpr dtype_set all_dtypes = 0x7F;
 
-/// One device type's kernels. Results never depend on the number of threads.
+// Each kernel takes one argument struct, its signature declared once here: the table holds
+// `void (*)(const X_args&)`, each backend defines `void X(const X_args&)` against it, and the
+// frontend builds the struct at the call (MLX's uniform `eval_cpu(inputs, out)`). A struct
+// holds pointers and sizes only; shapes are referenced, not copied: the frontend's kernel
+// closures own them, and a struct lives no longer than the call it is built for.
+
+/// out[i] = value.
+struct fill_args {
+  dtype t;
+  void* out;
+  std::int64_t n;
+  scalar_arg value;
+};
+
+/// out[i] = in[i] converted from `from` to `to` (casts as documented in docs/dtypes.md: float
+/// to integer saturates, NaN to 0; to bool is `!= 0`).
+struct cast_args {
+  dtype from;
+  const void* in;
+  dtype to;
+  void* out;
+  std::int64_t n;
+};
+
+/// out = a ⊗ b with NumPy broadcasting; `out_shape` is the broadcast shape. `out` may alias
+/// `a` when `a_shape == out_shape`, or `b` when `b_shape == out_shape` (when it has their
+/// dtype).
+struct binary_args {
+  binary_op op;
+  dtype t;
+  const void* a;
+  const shape& a_shape;
+  const void* b;
+  const shape& b_shape;
+  void* out;
+  const shape& out_shape;
+};
+
+/// out = a ⊗ b elementwise over `n` elements of equal shape; `out` may alias `a` or `b`.
+struct binary_same_shape_args {
+  binary_op op;
+  dtype t;
+  const void* a;
+  const void* b;
+  void* out;
+  std::int64_t n;
+};
+
+/// out = a ⊗ s (or s ⊗ a when `scalar_left`), elementwise; `out` may alias `a`.
+struct binary_scalar_args {
+  binary_op op;
+  dtype t;
+  const void* a;
+  scalar_arg s;
+  bool scalar_left;
+  void* out;
+  std::int64_t n;
+};
+
+/// out = f(in) elementwise; `out` may alias `in`. exp, log, tanh and sigmoid within 4 ulp.
+struct unary_args {
+  unary_op op;
+  dtype t;
+  const void* in;
+  void* out;
+  std::int64_t n;
+};
+
+/// out = cond ? a : b with broadcasting of all three to `out_shape`; `cond` is bool.
+struct where_args {
+  dtype t;
+  const void* cond;
+  const shape& cond_shape;
+  const void* a;
+  const shape& a_shape;
+  const void* b;
+  const shape& b_shape;
+  void* out;
+  const shape& out_shape;
+};
+
+/// c[i] = a[i] · b[i] for `batch` products of [m, k] by [k, n], row-major; the i-th operand
+/// starts `a_stride`/`b_stride` elements after the previous one (0: the same matrix for every
+/// product). float16/bfloat16 accumulate in float32.
+struct matmul_args {
+  dtype t;
+  const void* a;
+  const void* b;
+  void* c;
+  std::int64_t batch;
+  std::int64_t m;
+  std::int64_t k;
+  std::int64_t n;
+  std::int64_t a_stride;
+  std::int64_t b_stride;
+};
+
+/// out[cols, rows] = in[rows, cols]ᵀ.
+struct transpose_args {
+  dtype t;
+  const void* in;
+  void* out;
+  std::int64_t rows;
+  std::int64_t cols;
+};
+
+/// out[o, i] = op over a of in[o, a, i], for a tensor viewed as [outer, extent, inner]; the
+/// dtype written is `reduce_op`'s. `sum` multiplies by `scale` (1, or 1/extent for a mean).
+struct reduce_args {
+  reduce_op op;
+  dtype t;
+  const void* in;
+  std::int64_t outer;
+  std::int64_t extent;
+  std::int64_t inner;
+  double scale;
+  void* out;
+};
+
+/// Rows of `bytes` bytes: row r from `in + r·in_stride` to `out + r·out_stride` (concat,
+/// slice).
+struct copy_rows_args {
+  const void* in;
+  std::size_t in_stride;
+  void* out;
+  std::size_t out_stride;
+  std::size_t bytes;
+  std::int64_t rows;
+};
+
+/// out[o, j, :] = in[o, index[j], :] for a tensor viewed as [outer, extent, inner] of `item`
+/// bytes each; an index outside [0, extent) throws std::out_of_range.
+struct index_select_args {
+  std::size_t item;
+  const void* in;
+  std::int64_t outer;
+  std::int64_t extent;
+  std::int64_t inner;
+  const std::int64_t* index;
+  std::int64_t count;
+  void* out;
+};
+
+/// Softmax (or its logarithm) over each row of [rows, cols], computed in float32 (double for
+/// float64) after subtracting the row's maximum.
+struct softmax_args {
+  dtype t;
+  const void* in;
+  void* out;
+  std::int64_t rows;
+  std::int64_t cols;
+  bool log;
+};
+
+/// (x − mean) / √(var + eps) · weight + bias over each row of [rows, cols]; `weight` and `bias`
+/// are [cols], or null for none.
+struct layer_norm_args {
+  dtype t;
+  const void* in;
+  const void* weight;
+  const void* bias;
+  void* out;
+  std::int64_t rows;
+  std::int64_t cols;
+  double eps;
+};
+
+/// Standard normal samples: element i from Philox-4x32-10 block i/4 of stream `stream` under
+/// key `seed`, through Box-Muller: the same bits on every device. float16/bfloat16 are the
+/// float32 samples rounded.
+struct randn_args {
+  dtype t;
+  void* out;
+  std::int64_t n;
+  std::uint64_t seed;
+  std::uint64_t stream;
+};
+
+/// The byte copies (`copy`, `copy_from_host`, `copy_to_host`) keep their plain parameters:
+/// `bytes` bytes from `from` to `to`, three arguments an argument struct would only wrap. One
+/// type for all three.
+using byte_copy_kernel = void (*)(const void* from, void* to, std::size_t bytes);
+
+/// One device type's kernels. Results never depend on the number of threads. What each does is
+/// its argument struct's comment.
 struct kernel_table {
   /// The dtypes each family of kernels takes on this device; the frontend refuses others at
   /// the call (std::invalid_argument naming the dtype and the device).
@@ -94,115 +278,31 @@ struct kernel_table {
   dtype_set matmul_dtypes;
   dtype_set randn_dtypes;
 
-  /// out[i] = value.
-  void (*fill)(dtype t, void* out, std::int64_t n, scalar_arg value);
+  void (*fill)(const fill_args&);
   /// Copies `bytes` bytes, both on this device.
-  void (*copy)(const void* in, void* out, std::size_t bytes);
+  byte_copy_kernel copy;
   /// Copies `bytes` bytes from host memory.
-  void (*copy_from_host)(const void* host, void* out, std::size_t bytes);
+  byte_copy_kernel copy_from_host;
   /// Copies `bytes` bytes into host memory; null for the CPU (its `copy` does it).
-  void (*copy_to_host)(const void* in, void* host, std::size_t bytes);
-  /// out[i] = in[i] converted from `from` to `to` (casts as documented in docs/dtypes.md:
-  /// float to integer saturates, NaN to 0; to bool is `!= 0`).
-  void (*cast)(dtype from, const void* in, dtype to, void* out, std::int64_t n);
-  /// out = a ⊗ b with NumPy broadcasting; `out_shape` is the broadcast shape. `out` may alias
-  /// `a` when `a_shape == out_shape`, or `b` when `b_shape == out_shape` (when it has their
-  /// dtype).
-  void (*binary)(binary_op op,
-                 dtype t,
-                 const void* a,
-                 const shape& a_shape,
-                 const void* b,
-                 const shape& b_shape,
-                 void* out,
-                 const shape& out_shape);
-  /// out = a ⊗ b elementwise over `n` elements of equal shape; `out` may alias `a` or `b`.
-  void (*binary_same_shape)(
-      binary_op op, dtype t, const void* a, const void* b, void* out, std::int64_t n);
-  /// out = a ⊗ s (or s ⊗ a when `scalar_left`), elementwise; `out` may alias `a`.
-  void (*binary_scalar)(binary_op op,
-                        dtype t,
-                        const void* a,
-                        scalar_arg s,
-                        bool scalar_left,
-                        void* out,
-                        std::int64_t n);
-  /// out = f(in) elementwise; `out` may alias `in`. exp, log, tanh and sigmoid within 4 ulp.
-  void (*unary)(unary_op op, dtype t, const void* in, void* out, std::int64_t n);
-  /// out = cond ? a : b with broadcasting of all three to `out_shape`; `cond` is bool.
-  void (*where)(dtype t,
-                const void* cond,
-                const shape& cond_shape,
-                const void* a,
-                const shape& a_shape,
-                const void* b,
-                const shape& b_shape,
-                void* out,
-                const shape& out_shape);
-  /// c[i] = a[i] · b[i] for `batch` products of [m, k] by [k, n], row-major; the i-th
-  /// operand starts `a_stride`/`b_stride` elements after the previous one (0: the same matrix
-  /// for every product). float16/bfloat16 accumulate in float32.
-  void (*matmul)(dtype t,
-                 const void* a,
-                 const void* b,
-                 void* c,
-                 std::int64_t batch,
-                 std::int64_t m,
-                 std::int64_t k,
-                 std::int64_t n,
-                 std::int64_t a_stride,
-                 std::int64_t b_stride);
-  /// out[cols, rows] = in[rows, cols]ᵀ.
-  void (*transpose)(dtype t, const void* in, void* out, std::int64_t rows, std::int64_t cols);
-  /// out[o, i] = op over a of in[o, a, i], for a tensor viewed as [outer, extent, inner]; the
-  /// dtype written is `reduce_op`'s. `sum` multiplies by `scale` (1, or 1/extent for a mean).
-  void (*reduce)(reduce_op op,
-                 dtype t,
-                 const void* in,
-                 std::int64_t outer,
-                 std::int64_t extent,
-                 std::int64_t inner,
-                 double scale,
-                 void* out);
-  /// Rows of `bytes` bytes: row r from `in + r·in_stride` to `out + r·out_stride` (concat,
-  /// slice).
-  void (*copy_rows)(const void* in,
-                    std::size_t in_stride,
-                    void* out,
-                    std::size_t out_stride,
-                    std::size_t bytes,
-                    std::int64_t rows);
-  /// out[o, j, :] = in[o, index[j], :] for a tensor viewed as [outer, extent, inner] of
-  /// `item` bytes each; an index outside [0, extent) throws std::out_of_range.
-  void (*index_select)(std::size_t item,
-                       const void* in,
-                       std::int64_t outer,
-                       std::int64_t extent,
-                       std::int64_t inner,
-                       const std::int64_t* index,
-                       std::int64_t count,
-                       void* out);
-  /// Softmax (or its logarithm) over each row of [rows, cols], computed in float32 (double
-  /// for float64) after subtracting the row's maximum.
-  void (*softmax)(
-      dtype t, const void* in, void* out, std::int64_t rows, std::int64_t cols, bool log);
-  /// (x − mean) / √(var + eps) · weight + bias over each row of [rows, cols]; `weight` and
-  /// `bias` are [cols], or null for none.
-  void (*layer_norm)(dtype t,
-                     const void* in,
-                     const void* weight,
-                     const void* bias,
-                     void* out,
-                     std::int64_t rows,
-                     std::int64_t cols,
-                     double eps);
-  /// Standard normal samples: element i from Philox-4x32-10 block i/4 of stream `stream` under
-  /// key `seed`, through Box-Muller: the same bits on every device. float16/bfloat16 are the
-  /// float32 samples rounded.
-  void (*randn)(dtype t, void* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream);
+  byte_copy_kernel copy_to_host;
+  void (*cast)(const cast_args&);
+  void (*binary)(const binary_args&);
+  void (*binary_same_shape)(const binary_same_shape_args&);
+  void (*binary_scalar)(const binary_scalar_args&);
+  void (*unary)(const unary_args&);
+  void (*where)(const where_args&);
+  void (*matmul)(const matmul_args&);
+  void (*transpose)(const transpose_args&);
+  void (*reduce)(const reduce_args&);
+  void (*copy_rows)(const copy_rows_args&);
+  void (*index_select)(const index_select_args&);
+  void (*softmax)(const softmax_args&);
+  void (*layer_norm)(const layer_norm_args&);
+  void (*randn)(const randn_args&);
   /// Calls `f(begin, end)` over `[0, n)` in chunks of about `grain`, in parallel, on host
   /// threads that may touch the device's memory (`map`'s user functions); null for a device
-  /// whose memory the host cannot touch.
+  /// whose memory the host cannot touch. Not a kernel of the table's kind (no device work, a
+  /// callback), so it keeps its plain parameters.
   void (*host_chunks)(std::int64_t n,
                       std::int64_t grain,
                       function_ref<void(std::int64_t, std::int64_t)> f);
