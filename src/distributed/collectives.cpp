@@ -145,21 +145,14 @@ make_request(const communicator& c, op_kind kind, int count, const tensor& t) {
 #if COTENSOR_HAVE_NCCL
 namespace detail {
 
-std::atomic<gpu_issue_fn> gpu_issue{nullptr};
+std::atomic<void (*)(const gpu_collective&)> gpu_issue{nullptr};
 
-void issue_on_gpu(const communicator& c,
-                  const char* what,
-                  op_kind kind,
-                  reduce_op op,
-                  int root,
-                  const tensor* in,
-                  const tensor& out,
-                  std::size_t count) {
-  const gpu_issue_fn nccl = gpu_issue.load(std::memory_order_acquire);
+void issue_on_gpu(const gpu_collective& g) {
+  auto* const nccl = gpu_issue.load(std::memory_order_acquire);
   if (nccl == nullptr) {  // unreachable: a GPU tensor loaded libcotensor_cuda
-    cotensor::detail::throw_invalid(what, "the CUDA backend's library is not loaded");
+    cotensor::detail::throw_invalid(g.what, "the CUDA backend's library is not loaded");
   }
-  nccl(c, what, kind, op, root, in, out, count);
+  nccl(g);
 }
 
 }  // namespace detail
@@ -171,8 +164,8 @@ void all_reduce(tensor& t, reduce_op op, const communicator& c) {
   check_reduce(what, t, op);
 #if COTENSOR_HAVE_NCCL
   if (on_gpu(t)) {
-    detail::issue_on_gpu(c, what, op_kind::all_reduce, op, 0, nullptr, t,
-                         static_cast<std::size_t>(t.numel()));
+    detail::issue_on_gpu(
+        {c, what, op_kind::all_reduce, op, 0, nullptr, t, static_cast<std::size_t>(t.numel())});
     return;
   }
 #endif
@@ -188,8 +181,8 @@ void broadcast(tensor& t, int root, const communicator& c) {
   check_rank(what, "root", root, c);
 #if COTENSOR_HAVE_NCCL
   if (on_gpu(t)) {
-    detail::issue_on_gpu(c, what, op_kind::broadcast, reduce_op::sum, root, nullptr, t,
-                         static_cast<std::size_t>(t.numel()));
+    detail::issue_on_gpu({c, what, op_kind::broadcast, reduce_op::sum, root, nullptr, t,
+                          static_cast<std::size_t>(t.numel())});
     return;
   }
 #endif
@@ -209,8 +202,8 @@ tensor all_gather(const tensor& t, const communicator& c) {
              s);
 #if COTENSOR_HAVE_NCCL
   if (on_gpu(t)) {
-    detail::issue_on_gpu(c, what, op_kind::all_gather, reduce_op::sum, 0, &t, out,
-                         static_cast<std::size_t>(t.numel()));
+    detail::issue_on_gpu({c, what, op_kind::all_gather, reduce_op::sum, 0, &t, out,
+                          static_cast<std::size_t>(t.numel())});
     return out;
   }
 #endif
@@ -237,8 +230,8 @@ tensor reduce_scatter(const tensor& t, reduce_op op, const communicator& c) {
              s);
 #if COTENSOR_HAVE_NCCL
   if (on_gpu(t)) {
-    detail::issue_on_gpu(c, what, op_kind::reduce_scatter, op, 0, &t, out,
-                         static_cast<std::size_t>(s.numel()));
+    detail::issue_on_gpu(
+        {c, what, op_kind::reduce_scatter, op, 0, &t, out, static_cast<std::size_t>(s.numel())});
     return out;
   }
 #endif

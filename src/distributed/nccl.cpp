@@ -462,25 +462,18 @@ private:
 
 namespace {
 
-void issue_with_nccl(const communicator& c,
-                     const char* what,
-                     op_kind kind,
-                     reduce_op op,
-                     int root,
-                     const tensor* in,
-                     const tensor& out,
-                     std::size_t count) {
-  auto g = gpu_comm_for(*c.state(), out.device(), what);
-  const auto& written = out.storage();
+void issue_with_nccl(const gpu_collective& c) {
+  auto g = gpu_comm_for(*c.c.state(), c.out.device(), c.what);
+  const auto& written = c.out.storage();
   const auto& sequence = g->sequence().storage();
-  gpu_call call(g, kind, op, out.dtype(), root, count,
-                in != nullptr ? in->storage().get() : nullptr, written.get());
+  gpu_call call(g, c.kind, c.op, c.out.dtype(), c.root, c.count,
+                c.in != nullptr ? c.in->storage().get() : nullptr, written.get());
   // In place (all_reduce, broadcast): `out` is read and written. Every GPU collective writes
   // its device's sequence tensor: they launch in issue order.
-  if (in != nullptr) {
-    cotensor::detail::issue(what, {in->storage()}, {written, sequence}, std::move(call));
+  if (c.in != nullptr) {
+    cotensor::detail::issue(c.what, {c.in->storage()}, {written, sequence}, std::move(call));
   } else {
-    cotensor::detail::issue(what, {written}, {written, sequence}, std::move(call));
+    cotensor::detail::issue(c.what, {written}, {written, sequence}, std::move(call));
   }
 }
 

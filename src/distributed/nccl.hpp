@@ -29,31 +29,28 @@
 
 namespace cotensor::dist::detail {
 
-/// Issues `kind` (all_reduce, broadcast, all_gather or reduce_scatter) on GPU tensors: reads
-/// `in` (null for the in-place kinds), writes `out`; `count` elements per rank, as `request`.
-/// The first call on a communicator blocks until every rank has made its NCCL communicator.
-/// Throws std::invalid_argument for a second device on one communicator, std::system_error if
-/// NCCL cannot be loaded or set up.
-void issue_on_gpu(const communicator& c,
-                  const char* what,
-                  op_kind kind,
-                  reduce_op op,
-                  int root,
-                  const tensor* in,
-                  const tensor& out,
-                  std::size_t count);
+/// A collective on GPU tensors: `kind` (all_reduce, broadcast, all_gather or reduce_scatter)
+/// reads `in` (null for the in-place kinds) and writes `out`, `count` elements per rank, as
+/// `request`.
+struct gpu_collective {
+  const communicator& c;
+  const char* what;
+  op_kind kind;
+  reduce_op op;
+  int root;
+  const tensor* in;
+  const tensor& out;
+  std::size_t count;
+};
+
+/// Issues `g`. The first call on a communicator blocks until every rank has made its NCCL
+/// communicator. Throws std::invalid_argument for a second device on one communicator,
+/// std::system_error if NCCL cannot be loaded or set up.
+void issue_on_gpu(const gpu_collective& g);
 
 /// The NCCL path itself, in libcotensor_cuda (src/distributed/nccl.cpp), which sets this hook
 /// as it loads: `issue_on_gpu` (in libcotensor) calls it. A GPU tensor cannot exist before the
 /// library is loaded, so the hook is set by the time a collective gets one.
-using gpu_issue_fn = void (*)(const communicator& c,
-                              const char* what,
-                              op_kind kind,
-                              reduce_op op,
-                              int root,
-                              const tensor* in,
-                              const tensor& out,
-                              std::size_t count);
-extern std::atomic<gpu_issue_fn> gpu_issue;
+extern std::atomic<void (*)(const gpu_collective&)> gpu_issue;
 
 }  // namespace cotensor::dist::detail
