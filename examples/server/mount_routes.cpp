@@ -1,7 +1,7 @@
-// mount_routes: the Open Inference Protocol's routes mounted beside an application's own, in
-// the application's own io_context and Beast connection loop. `cotensor::serving::handler`
-// answers what `handler::matches` claims (/v2/..., /metrics); everything else stays the
-// application's (here GET /hello).
+// mount_routes: the Open Inference Protocol's routes mounted beside an application's own.
+// `cotensor::serving::listener` serves the connections; the application's routes answer first
+// (here GET /hello), and what they decline goes to `cotensor::serving::handler` (/v2/...,
+// /metrics) or is a 404.
 //
 //   mount_routes [--model-repository DIR] [--port N]   serve until SIGINT/SIGTERM
 //   mount_routes --self-test                            serve on a free port, ask it a few
@@ -17,6 +17,7 @@
 #include <boost/beast/http.hpp>
 
 #include <iostream>
+#include <optional>
 #include <string>
 
 namespace asio = boost::asio;
@@ -26,46 +27,16 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-// One connection: requests in order, each answered by the application or by cotensor.
-asio::awaitable<void> session(tcp::socket socket, cotensor::serving::handler& v2) {
-  beast::flat_buffer buffer;
-  for (;;) {
-    http::request<http::string_body> req;
-    auto [ec, n] =
-        co_await http::async_read(socket, buffer, req, asio::as_tuple(asio::use_awaitable));
-    if (ec) {
-      break;
-    }
-    http::response<http::string_body> res;
-    if (cotensor::serving::handler::matches(req.target())) {
-      res = co_await v2.handle(req);  // suspends on the model's work; never blocks this thread
-    } else if (req.target() == "/hello") {
-      res = {http::status::ok, req.version()};
-      res.set(http::field::content_type, "text/plain");
-      res.body() = "hello from the application\n";
-    } else {
-      res = {http::status::not_found, req.version()};
-      res.body() = "not here\n";
-    }
-    res.keep_alive(req.keep_alive());
-    res.prepare_payload();
-    auto [wec, wn] = co_await http::async_write(socket, res, asio::as_tuple(asio::use_awaitable));
-    if (wec || !req.keep_alive()) {
-      break;
-    }
+// The application's own routes: GET /hello; the rest is cotensor's.
+asio::awaitable<std::optional<http::response<http::string_body>>>
+app_routes(const http::request<http::string_body>& req) {
+  if (req.target() != "/hello") {
+    co_return std::nullopt;
   }
-  beast::error_code ignored;
-  socket.shutdown(tcp::socket::shutdown_both, ignored);
-}
-
-asio::awaitable<void> listen(tcp::acceptor& acceptor, cotensor::serving::handler& v2) {
-  for (;;) {
-    auto [ec, socket] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
-    if (ec) {
-      co_return;  // closed
-    }
-    asio::co_spawn(acceptor.get_executor(), session(std::move(socket), v2), asio::detached);
-  }
+  http::response<http::string_body> res{http::status::ok, req.version()};
+  res.set(http::field::content_type, "text/plain");
+  res.body() = "hello from the application\n";
+  co_return res;
 }
 
 // A client's view: GET or POST `target`, the response.
@@ -112,7 +83,7 @@ asio::awaitable<bool> self_test(unsigned short port) {
              infer.body().find(R"("shape":[1,4])") != std::string::npos,
          "POST /v2/models/mlp/infer answers: " + infer.body().substr(0, 120));
   auto missing = co_await ask(port, http::verb::get, "/elsewhere");
-  expect(missing.result() == http::status::not_found, "GET /elsewhere is the application's 404");
+  expect(missing.result() == http::status::not_found, "GET /elsewhere is a 404");
   co_return ok;
 }
 
@@ -144,32 +115,32 @@ int main(int argc, char** argv) {
     }
     asio::io_context io;
     cotensor::serving::handler v2(io.get_executor(), models);
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-    port = acceptor.local_endpoint().port();
-    asio::co_spawn(io, listen(acceptor, v2), asio::detached);
+    cotensor::serving::listener http_listener(io.get_executor(), v2, {.port = port}, app_routes);
+    port = http_listener.local_endpoint().port();
     std::cout << "mount_routes listening on 127.0.0.1:" << port << std::endl;
 
     int status = 0;
     asio::signal_set signals(io, SIGINT, SIGTERM);
-    auto stop = [&] {
-      beast::error_code ignored;
-      acceptor.close(ignored);
-      signals.cancel();
-      v2.shutdown();
-      io.stop();
-    };
     signals.async_wait([&](beast::error_code ec, int) {
       if (!ec) {
-        stop();
+        http_listener.drain();
       }
     });
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          co_await http_listener.run();  // until drained
+          signals.cancel();
+          v2.shutdown();
+        },
+        asio::detached);
     if (test) {
       asio::co_spawn(io, self_test(port), [&](std::exception_ptr e, bool ok) {
         if (e) {
           std::cout << "FAIL the client's exchange threw\n";
         }
         status = (!e && ok) ? 0 : 1;
-        stop();
+        http_listener.drain();
       });
     }
     io.run();

@@ -2,15 +2,17 @@
 
 // The Open Inference Protocol (KServe's "v2", as Triton speaks it over HTTP/REST) for a user's
 // own Boost.Beast server: a model registry, a loader for Triton-style model repositories of
-// feed-forward networks in safetensors files, and a request handler a connection's coroutine
-// calls. Target `cotensor::serving` (built when Boost.Beast is found).
+// feed-forward networks in safetensors files, a request handler, and the listener that accepts
+// connections and serves them with it. Target `cotensor::serving` (built when Boost.Beast is
+// found).
 //
 //   cotensor::serving::model_repository models;
 //   models.load_repository("models");                   // DIR/<name>/config.json, DIR/<name>/<v>/
 //   cotensor::serving::handler v2(io.get_executor(), models);
-//   ...
-//   if (v2.matches(req.target()))                       // in the connection's coroutine
-//     response res = co_await v2.handle(req);
+//   cotensor::serving::listener http(io.get_executor(), v2, {.port = 8000});
+//   asio::co_spawn(io, http.run(), asio::detached);     // serves until http.drain() or stop()
+//
+// or, in a connection loop of your own: `if (v2.matches(req.target())) co_await v2.handle(req)`.
 //
 // Routes (`handler::matches`): `GET /v2/health/live`, `GET /v2/health/ready`, `GET /v2`,
 // `GET /v2/models/{m}[/versions/{v}]`, `GET .../ready`, `GET .../config`, `POST .../infer`
@@ -25,6 +27,7 @@
 #include "cotensor/tensor.hpp"
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
@@ -32,12 +35,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #if defined(COTENSOR_SERVING_BUILDING)
@@ -211,6 +216,102 @@ public:
 
 private:
   std::shared_ptr<detail::handler_state> state_;
+};
+
+/// Where a listener listens, and the limits of its connections.
+struct listener_options {
+  std::string address = "127.0.0.1";  ///< the address to bind (`0.0.0.0`: every IPv4 interface)
+  unsigned short port = 8000;         ///< the port to bind (0: a free one, see `local_endpoint`)
+  std::size_t max_body_bytes = 64 << 20;    ///< a larger request body gets 413
+  std::size_t max_header_bytes = 16 << 10;  ///< larger request headers get 431
+  /// The most time to read one request: from the connection's start (its first request) or
+  /// from the request's first byte (later ones) to its last. Past it: 408, and the connection
+  /// closes.
+  std::chrono::milliseconds read_timeout{10000};
+  /// The most time a keep-alive connection waits for its next request; past it the connection
+  /// closes without a response.
+  std::chrono::milliseconds idle_timeout{10000};
+  /// The most time to write one response; past it the connection closes.
+  std::chrono::milliseconds write_timeout{10000};
+  /// The most open connections; one more is answered 503 with `Retry-After: 1` and closed.
+  std::size_t max_connections = 4096;
+  /// How long `drain` waits for the requests in flight before it closes their connections.
+  std::chrono::milliseconds drain_timeout{30000};
+};
+
+namespace detail {
+class listener_state;
+}
+
+/// Accepts HTTP/1.1 connections and answers their requests with an application's routes and
+/// a `handler`: one coroutine per connection, keep-alive, the limits of `listener_options`, a
+/// watch that cancels a request's work when its client disconnects, and a graceful drain.
+///
+/// A request goes to the application's `routes` first (when given); if they decline, `GET
+/// /metrics` is answered with `handler::metrics()` followed by the listener's own counters
+/// (`metrics()`), what `handler::matches` claims goes to `handler::handle`, and anything else
+/// is a 404 `{"error": ...}`. The listener sets each response's `keep_alive` and
+/// `Content-Length`. Malformed requests get 400, 408, 413 or 431 and the connection closes.
+///
+/// The listener installs no signal handlers: call `drain` (e.g. from an `asio::signal_set`).
+/// Thread safety: every member may be called from any thread, concurrently; the connections
+/// run on strands of the executor, so it may be run by several threads. The handler must
+/// outlive the listener.
+class COTENSOR_SERVING_API listener {
+public:
+  /// An application's own routes: an answer for the requests it serves, `std::nullopt` for the
+  /// others (they go on to the handler). Run on the connection's strand, under the same
+  /// disconnect watch as the handler: a client that leaves cancels the awaiting coroutine. An
+  /// exception (other than that cancellation) is answered 500 with its `what()`.
+  using routes =
+      std::function<asio::awaitable<std::optional<handler::response>>(const handler::request&)>;
+
+  /// Binds and listens on `options.address:options.port` (connections queue until `run`).
+  /// Throws `std::system_error` when the address cannot be bound. Connections run on strands
+  /// of `executor`; `v2` answers what `routes` decline.
+  listener(asio::any_io_executor executor,
+           handler& v2,
+           listener_options options = {},
+           routes app_routes = {});
+  listener(const listener&) = delete;
+  listener& operator=(const listener&) = delete;
+  /// Stops serving, as `stop` does. Destroy the listener after `run` has completed and before
+  /// its executor's execution context.
+  ~listener();
+
+  /// The bound address and port (the port the OS picked when `options.port` is 0).
+  asio::ip::tcp::endpoint local_endpoint() const;
+
+  /// Serves: accepts connections and answers their requests until `drain` or `stop` has been
+  /// called and every connection has closed. Call it once.
+  ///
+  /// Completion: an `asio::awaitable` that resumes on the awaiting coroutine's executor with an
+  /// empty `std::error_code`, or `std::errc::timed_out` when a drain outlasted
+  /// `drain_timeout` and the connections left were closed. Errors: a failed accept (a reset
+  /// before accepting, no file descriptors left) is retried, not reported.
+  /// Cancellation: not cancellable; `stop()` ends it. Thread safety: as the class.
+  asio::awaitable<std::error_code> run();
+
+  /// Begins a graceful drain: stops accepting, closes idle keep-alive connections, lets the
+  /// requests in flight finish (their connections then close) and, after `drain_timeout`,
+  /// closes the connections left, cancelling their requests. `run` completes once they have
+  /// all closed. Does not wait; idempotent; may be called before `run`. The handler keeps
+  /// serving its batches: call `handler::shutdown` after `run` completes.
+  void drain();
+
+  /// Stops at once: stops accepting and closes every connection, cancelling the requests in
+  /// flight (their clients get no response). Does not wait; `run` completes once the
+  /// connections' coroutines have ended.
+  void stop();
+
+  /// The listener's counters as Prometheus text: `cotensor_http_requests_total{code}`
+  /// (responses by status; 499 for a client that left first), `cotensor_infer_latency_seconds`
+  /// (a histogram of `.../infer` requests, read to response ready),
+  /// `cotensor_requests_in_flight` and `cotensor_open_connections`.
+  std::string metrics() const;
+
+private:
+  std::shared_ptr<detail::listener_state> state_;
 };
 
 }  // namespace cotensor::serving

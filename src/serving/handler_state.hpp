@@ -1,7 +1,7 @@
 #pragma once
 
-// The state behind serving::handler (handler.cpp): the served model versions, their counters,
-// and the routes. Shared by handler.cpp (routing, inference), metadata.cpp and statistics.cpp.
+// The state behind serving::handler: the served model versions, their counters, and the routes.
+// Shared by handler.cpp (routing), inference.cpp, metadata.cpp, statistics.cpp and metrics.cpp.
 
 #include <cotensor/batcher.hpp>
 #include <cotensor/serving.hpp>
