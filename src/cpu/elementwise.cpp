@@ -2,7 +2,8 @@
 // scalar, broadcasting), unary ops and where. Each flat loop is compiled once per x86 vector
 // width (COTENSOR_VECTOR_CLONES) with every op inlined into it (COTENSOR_FLATTEN). float16 and
 // bfloat16 compute in float and round once: their arithmetic in AVX2 registers (half8.hpp), the
-// other ops on blocks converted to float (half_convert.hpp) through float's loops.
+// other ops on blocks converted to float (half_convert.hpp) through float's loops. The unary ops
+// of every dtype are in elementwise_unary.cpp.
 
 #include "cpu/half8.hpp"
 #include "cpu/half_convert.hpp"
@@ -284,120 +285,6 @@ const T* at(const void* p, std::int64_t i) {
   return static_cast<const T*>(p) + i;
 }
 
-const void* offset_bytes(const void* p, std::int64_t elements, std::size_t item) {
-  return static_cast<const char*>(p) + elements * static_cast<std::int64_t>(item);
-}
-void* offset_bytes(void* p, std::int64_t elements, std::size_t item) {
-  return static_cast<char*>(p) + elements * static_cast<std::int64_t>(item);
-}
-
-// Unary math on float16/bfloat16 through float: blocks converted to float on the stack, the
-// float kernel (libmvec's vector exp, log, tanh), and one rounding back.
-template <class T>
-void unary_half_span(unary_op op, const T* in, T* out, std::int64_t n) {
-  constexpr std::int64_t block = 512;
-  float buffer[block];
-  for (std::int64_t lo = 0; lo < n; lo += block) {
-    const std::int64_t m = std::min(block, n - lo);
-    to_float_span(in + lo, buffer, m);
-    unary_span(op, buffer, buffer, m);
-    from_float_span(buffer, out + lo, m);
-  }
-}
-
-// x·Φ(x) as x·erfc(−x/√2)/2, and the tanh form x·(1 + tanh u)/2 as x / (1 + e^(−2u)): 1 + erf
-// and 1 + tanh cancel for x ≪ 0, where these keep full relative accuracy.
-double gelu_erf(double x) { return 0.5 * x * std::erfc(x * -0.70710678118654752440); }
-double gelu_tanh(double x) {
-  constexpr double k = 0.79788456080286535588;  // √(2/π)
-  return x / (1.0 + std::exp(-2.0 * k * (x + 0.044715 * x * x * x)));
-}
-
-void unary_double_span(unary_op op, const double* in, double* out, std::int64_t n) {
-  auto each = [&](auto f) {
-    for (std::int64_t i = 0; i < n; ++i) {
-      out[i] = f(in[i]);
-    }
-  };
-  switch (op) {
-  case unary_op::neg:
-    return each([](double x) { return -x; });
-  case unary_op::relu:
-    return each([](double x) { return x > 0.0 ? x : (x != x ? x : 0.0); });
-  case unary_op::exp:
-    return each([](double x) { return std::exp(x); });
-  case unary_op::log:
-    return each([](double x) { return std::log(x); });
-  case unary_op::sqrt:
-    return each([](double x) { return std::sqrt(x); });
-  case unary_op::tanh:
-    return each([](double x) { return std::tanh(x); });
-  case unary_op::sigmoid:
-    return each([](double x) {
-      const double e = std::exp(-std::fabs(x));
-      return x < 0.0 ? e / (1.0 + e) : 1.0 / (1.0 + e);
-    });
-  case unary_op::abs:
-    return each([](double x) { return std::fabs(x); });
-  case unary_op::gelu_erf:
-    return each(gelu_erf);
-  case unary_op::gelu_tanh:
-    return each(gelu_tanh);
-  case unary_op::logical_not:
-    break;
-  }
-  return each([](double x) { return x == 0.0 ? 1.0 : 0.0; });
-}
-
-template <class T>
-void unary_int_span(unary_op op, const T* in, T* out, std::int64_t n) {
-  using U = std::make_unsigned_t<T>;
-  switch (op) {
-  case unary_op::neg:
-    for (std::int64_t i = 0; i < n; ++i) {
-      out[i] = static_cast<T>(U{0} - static_cast<U>(in[i]));
-    }
-    return;
-  case unary_op::abs:
-    for (std::int64_t i = 0; i < n; ++i) {
-      out[i] = in[i] < 0 ? static_cast<T>(U{0} - static_cast<U>(in[i])) : in[i];
-    }
-    return;
-  default:  // relu: the frontend sends integers only these three
-    for (std::int64_t i = 0; i < n; ++i) {
-      out[i] = in[i] > 0 ? in[i] : T{0};
-    }
-    return;
-  }
-}
-
-void unary_typed_span(unary_op op, dtype t, const void* in, void* out, std::int64_t n) {
-  switch (t) {
-  case dtype::float32:
-    return unary_span(op, static_cast<const float*>(in), static_cast<float*>(out), n);
-  case dtype::float64:
-    return unary_double_span(op, static_cast<const double*>(in), static_cast<double*>(out), n);
-  case dtype::float16:
-    return unary_half_span(op, static_cast<const float16_t*>(in), static_cast<float16_t*>(out), n);
-  case dtype::bfloat16:
-    return unary_half_span(op, static_cast<const bfloat16_t*>(in), static_cast<bfloat16_t*>(out),
-                           n);
-  case dtype::int32:
-    return unary_int_span(op, static_cast<const std::int32_t*>(in), static_cast<std::int32_t*>(out),
-                          n);
-  case dtype::int64:
-    return unary_int_span(op, static_cast<const std::int64_t*>(in), static_cast<std::int64_t*>(out),
-                          n);
-  case dtype::boolean:
-    break;
-  }
-  const auto* b = static_cast<const bool*>(in);
-  auto* o = static_cast<bool*>(out);
-  for (std::int64_t i = 0; i < n; ++i) {
-    o[i] = !b[i];  // logical_not, the one unary op on bool
-  }
-}
-
 }  // namespace
 
 void fill(const fill_args& args) {
@@ -472,14 +359,6 @@ void binary(const binary_args& args) {
                                          offset_bytes(args.b, offset[1], item), bs,
                                          offset_bytes(args.out, first, oitem), inner);
                      });
-}
-
-void unary(const unary_args& args) {
-  const std::size_t item = itemsize(args.t);
-  parallel_chunks(args.n, elementwise_grain / 4, [&](std::int64_t lo, std::int64_t hi) {
-    unary_typed_span(args.op, args.t, offset_bytes(args.in, lo, item),
-                     offset_bytes(args.out, lo, item), hi - lo);
-  });
 }
 
 void where(const where_args& args) {

@@ -30,6 +30,14 @@ void parallel_tiles(std::int64_t tiles, function_ref<void(std::int64_t)> f);
 /// The grain of the elementwise loops, in elements.
 constexpr std::int64_t elementwise_grain = 1 << 15;
 
+/// `p` advanced by `elements` items of `item` bytes.
+inline const void* offset_bytes(const void* p, std::int64_t elements, std::size_t item) {
+  return static_cast<const char*>(p) + elements * static_cast<std::int64_t>(item);
+}
+inline void* offset_bytes(void* p, std::int64_t elements, std::size_t item) {
+  return static_cast<char*>(p) + elements * static_cast<std::int64_t>(item);
+}
+
 // The kernel table's entries, each against its argument struct (kernel_table.hpp says what
 // each does).
 void fill(const fill_args& args);
