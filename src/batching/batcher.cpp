@@ -241,6 +241,9 @@ private:
         std::ranges::none_of(b, [](const entry_ptr& e) { return e->wants_tensor(); });
     const bool plain = options_.in_dtype == dtype::float32 && options_.in_device == device::cpu();
     if (floats_only && plain) {
+      if (b.size() == 1) {  // a batch of one: its rows are the input, moved, not copied
+        return from_vector(b.front()->take_rows(), {rows, w});
+      }
       std::vector<float> x;
       x.reserve(static_cast<std::size_t>(rows * w));
       for (const auto& e : b) {

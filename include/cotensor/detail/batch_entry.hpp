@@ -48,6 +48,9 @@ public:
 
   // The rows of a submission of floats (empty for a tensor submission).
   const std::vector<float>& rows() const noexcept { return rows_; }
+  // Moves the rows of a submission of floats out (a batch of this submission alone takes them
+  // as its input, with no copy); rows() is empty afterwards.
+  std::vector<float> take_rows() noexcept { return std::move(rows_); }
   // The rows of a tensor submission (empty for floats).
   const tensor& tensor_rows() const noexcept { return tensor_rows_; }
   bool wants_tensor() const noexcept { return wants_tensor_; }
