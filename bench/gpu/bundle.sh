@@ -65,7 +65,9 @@ fi
 # an object's own needs only: a library without one (Debian's OpenBLAS) would look for its
 # libgfortran and libquadmath on the system alone, so libcotensor needs them too (as-needed off
 # for them), and the loader then takes the copies it has already loaded from lib/.
-blas_so=$(ldconfig -p 2>/dev/null | awk '$1 == "libopenblas.so.0" && /x86-64/ { print $NF; exit }')
+# awk reads to the end (no `exit`): under pipefail, ldconfig killed by SIGPIPE would fail this.
+blas_so=$(ldconfig -p 2>/dev/null |
+  awk '!found && $1 == "libopenblas.so.0" && /x86-64/ { print $NF; found = 1 }')
 promoted=()
 if [[ -n $blas_so ]]; then
   while read -r name; do
@@ -135,7 +137,7 @@ done
 ls "$out"/lib/libcotensor.so* >/dev/null 2>&1 || die "libcotensor was not among the libraries found"
 # The CUDA backend, libcotensor_cuda, which libcotensor loads from its own folder with the first
 # CUDA device (no program links it), and what it needs that is not there yet.
-plugin=$(find "$build" -maxdepth 1 -name 'libcotensor_cuda.so.*' -type l | sort | head -n 1)
+plugin=$(find "$build" -maxdepth 1 -name 'libcotensor_cuda.so.*' -type l | sort | sed -n 1p)
 [[ -n $plugin ]] || die "libcotensor_cuda was not built under $build"
 cp -L "$plugin" "$out/lib/$(basename "$plugin")"
 while read -r name path; do

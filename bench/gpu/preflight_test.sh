@@ -9,7 +9,9 @@ trap 'rm -f "$results"' EXIT
 output=$(BIN_DIR=$2 "$run_sh" --preflight "$results" 2>&1)
 rc=$?
 printf '%s\n' "$output"
-if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+gpus=0
+command -v nvidia-smi >/dev/null && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [[ $gpus -gt 0 ]]; then
   if [[ $rc -eq 77 || $rc -eq 2 ]]; then
     echo "preflight_test: a GPU is listed by nvidia-smi, but run.sh --preflight exited $rc" >&2
     exit 1

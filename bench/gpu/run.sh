@@ -207,7 +207,7 @@ find_lib() {
       return 0
     fi
   done
-  d=$(ld_cache | awk -v so="$so" '$1 == so && /x86-64/ { print $NF; exit }')
+  d=$(ld_cache | awk -v so="$so" '!found && $1 == so && /x86-64/ { print $NF; found = 1 }')
   if [[ -n $d && -e $(dirname "$d")/$companion ]]; then
     dirname "$d"
     return 0
@@ -314,7 +314,7 @@ need_glibcxx=$(awk '$1 == "glibcxx" { print $2 }' "$requires" 2>/dev/null)
 need_glibc=$(awk '$1 == "glibc" { print $2 }' "$requires" 2>/dev/null)
 need_glibc_stdcxx=$(awk '$1 == "glibc-with-bundled-libstdc++" { print $2 }' "$requires" 2>/dev/null)
 have_glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')
-sys_stdcxx=$(ld_cache | awk '$1 == "libstdc++.so.6" && /x86-64/ { print $NF; exit }')
+sys_stdcxx=$(ld_cache | awk '!found && $1 == "libstdc++.so.6" && /x86-64/ { print $NF; found = 1 }')
 [[ -z $sys_stdcxx && -e /usr/lib/x86_64-linux-gnu/libstdc++.so.6 ]] &&
   sys_stdcxx=/usr/lib/x86_64-linux-gnu/libstdc++.so.6
 have_glibcxx=$([[ -n $sys_stdcxx ]] && glibcxx_of "$sys_stdcxx")
@@ -340,7 +340,8 @@ if command -v nvidia-smi >/dev/null; then
     --format=csv,noheader 2>&1) && [[ -n $gpus ]]; then
     while IFS= read -r g; do log "# GPU: $g (index, name, driver, memory, compute capability)"; done \
       <<<"$gpus"
-    driver_cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n1)
+    driver_cuda=$(nvidia-smi 2>/dev/null |
+      sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | sed -n 1p)
     log "# driver: $(head -n1 <<<"$gpus" | cut -d, -f3 | tr -d ' '), for CUDA up to" \
       "${driver_cuda:-?}"
   else
@@ -375,7 +376,7 @@ else
 fi
 if sanitizer=$(find_sanitizer); then
   log "# compute-sanitizer: $("$sanitizer" --version 2>/dev/null | sed -n 's/.*Version *//p' |
-    head -n1) ($sanitizer)"
+    sed -n 1p) ($sanitizer)"
 else
   sanitizer=""
   log "# compute-sanitizer: MISSING (PATH, /usr/local/cuda*/bin): memcheck and racecheck cannot run"
