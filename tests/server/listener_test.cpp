@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <optional>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -24,6 +25,14 @@ namespace {
 
 using request_type = serving::handler::request;
 using response_type = serving::handler::response;
+
+// A KServe error body: one JSON object whose one member "error" is a string. Checked without
+// Boost.JSON: this program links libcotensor_serving, whose own copy of it is private, and a
+// second copy here would be an ODR violation to ASan.
+bool is_error_object(const std::string& body) {
+  static const std::regex error_object(R"(^\s*\{\s*"error"\s*:\s*"([^"\\]|\\.)*"\s*\}\s*$)");
+  return std::regex_match(body, error_object);
+}
 
 // `limit` passes or `done()` holds, polling every 10 ms; whether it held.
 template <class Done>
@@ -163,7 +172,7 @@ TEST_SUITE("listener") {
       const auto r = raw(l.port(), "POST /v2/models/m/infer HTTP/1.1\r\n" + close_header +
                                        "Content-Length: 4096\r\n\r\n" + std::string(4096, 'x'));
       CHECK(status_line(r) == "HTTP/1.1 413 Payload Too Large");
-      CHECK(is_json_error(r.substr(r.find("\r\n\r\n") + 4)));
+      CHECK(is_error_object(r.substr(r.find("\r\n\r\n") + 4)));
       // Under the limit it reaches the handler: no such model.
       const auto ok = raw(l.port(), "POST /v2/models/m/infer HTTP/1.1\r\n" + close_header +
                                         "Content-Length: 1000\r\n\r\n" + std::string(1000, 'x'));
@@ -304,6 +313,6 @@ TEST_SUITE("listener") {
     CHECK(failed.body().find("the application failed") != std::string::npos);
     const auto missing = request(l.port(), http::verb::get, "/nowhere");
     CHECK(missing.result() == http::status::not_found);
-    CHECK(is_json_error(missing.body()));
+    CHECK(is_error_object(missing.body()));
   }
 }
