@@ -1,14 +1,16 @@
 // GEMM on the CPU: OpenBLAS SGEMM (DGEMM) calls on tiles that the backend's workers share
 // (OpenBLAS is opened with the first GEMM: cpu/openblas.hpp).
-// float16 and bfloat16 go through float32: the operands are converted, multiplied by SGEMM and
-// the result rounded once (Debian's OpenBLAS 0.3.21 exports no sbgemm). Integers are exact,
-// wrapping, in a plain loop.
+// bfloat16 runs cotensor's own vdpbf16ps kernel where the CPU has AVX-512 BF16
+// (cpu/gemm_bf16.hpp; COTENSOR_GEMM_BF16 forces a path). float16, and bfloat16 elsewhere, go
+// through float32: the operands are converted, multiplied by SGEMM and the result rounded once
+// (Debian's OpenBLAS 0.3.21 exports no sbgemm). Integers are exact, wrapping, in a plain loop.
 
+#include "cpu/gemm_bf16.hpp"
+#include "cpu/gemm_scratch.hpp"
 #include "cpu/half_convert.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/openblas.hpp"
 #include "kernels/element.hpp"
-#include "support/host_allocator.hpp"
 
 #include <algorithm>
 #include <type_traits>
@@ -98,25 +100,6 @@ void from_float(const float* in, T* out, std::int64_t n) {
   });
 }
 
-// A float32 scratch buffer from the pooled host allocator: oneTBB's keeps recently freed large
-// blocks, so a GEMM's buffers are not fresh pages to fault in every time (3 x 4 MB at 1000^2,
-// with malloc about 1/5 of the half GEMM's time).
-class float_scratch {
-public:
-  explicit float_scratch(std::int64_t n)
-      : bytes_(static_cast<std::size_t>(n) * sizeof(float)),
-        p_(static_cast<float*>(allocate_bytes(bytes_, alignment))) {}
-  float_scratch(const float_scratch&) = delete;
-  float_scratch& operator=(const float_scratch&) = delete;
-  ~float_scratch() { free_bytes(p_, bytes_, alignment); }
-  float* get() const noexcept { return p_; }
-
-private:
-  static constexpr std::size_t alignment = 64;
-  std::size_t bytes_;
-  float* p_;
-};
-
 template <class T>
 void half_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std::int64_t n) {
   if (m == 0 || n == 0) {
@@ -126,9 +109,15 @@ void half_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std
     std::fill(c, c + m * n, T(0.0F));
     return;
   }
-  const float_scratch fa(m * k);
-  const float_scratch fb(k * n);
-  const float_scratch fc(m * n);
+  if constexpr (std::is_same_v<T, bfloat16_t>) {
+    if (bf16_gemm_kernel_for_this_call() == bf16_gemm_kernel::avx512_bf16) {
+      bf16_gemm_avx512(a, b, c, m, k, n);
+      return;
+    }
+  }
+  const gemm_scratch<float> fa(m * k);
+  const gemm_scratch<float> fb(k * n);
+  const gemm_scratch<float> fc(m * n);
   to_float(a, fa.get(), m * k);
   to_float(b, fb.get(), k * n);
   sgemm(fa.get(), fb.get(), fc.get(), m, k, n);

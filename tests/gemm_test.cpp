@@ -1,0 +1,242 @@
+// The GEMM kernels the dispatcher can pick, each forced by its environment variable, against a
+// reference GEMM in double: shapes across every edge of the kernels' blocking, exact results
+// where float32 accumulation is exact, and the same bits whatever the number of workers.
+
+#include "cotensor/cotensor.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using cotensor::bfloat16_t;
+using cotensor::dtype;
+using cotensor::tensor;
+
+// Sets an environment variable for the life of the object, then restores it. Set while no op
+// runs: the GEMM reads it on a worker when it starts.
+class scoped_environment {
+public:
+  scoped_environment(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      old_ = old;
+    }
+    ::setenv(name, value, 1);
+  }
+  scoped_environment(const scoped_environment&) = delete;
+  scoped_environment& operator=(const scoped_environment&) = delete;
+  ~scoped_environment() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+// The bfloat16 kernels this CPU can run, as COTENSOR_GEMM_BF16 names them.
+std::vector<std::string> bf16_kernels() {
+  std::vector<std::string> kernels{"convert"};
+  if (cpu_has_avx512_bf16()) {
+    kernels.push_back("avx512_bf16");
+  } else {
+    MESSAGE("this CPU has no AVX-512 BF16: its bfloat16 GEMM kernel is not tested here");
+  }
+  return kernels;
+}
+
+// Deterministic values: small integers (exact sums) or fractions of many magnitudes.
+std::vector<bfloat16_t> values(std::int64_t count, std::uint32_t seed, bool integers) {
+  std::vector<bfloat16_t> v(static_cast<std::size_t>(count));
+  std::uint32_t x = seed * 2654435761U + 1U;
+  for (auto& e : v) {
+    x = x * 1664525U + 1013904223U;
+    const auto r = static_cast<int>((x >> 16) % 9U) - 4;  // -4..4
+    const float f = integers ? static_cast<float>(r)
+                             : static_cast<float>(r) * std::ldexp(1.0F + (x & 0xFFU) / 256.0F,
+                                                                  static_cast<int>(x >> 29) - 4);
+    e = bfloat16_t(f);
+  }
+  return v;
+}
+
+struct bf16_case {
+  std::int64_t m;
+  std::int64_t k;
+  std::int64_t n;
+};
+
+// Shapes across the kernel's edges: one row, a panel of 12 rows and one more, k odd and k = 1,
+// columns across a 32-column panel and a 512-column tile, and k past a block of 512.
+const std::vector<bf16_case> bf16_cases{
+    {1, 1, 1},      {1, 7, 5},      {12, 2, 32},    {13, 3, 33},  {25, 64, 17},
+    {96, 128, 512}, {97, 129, 513}, {40, 1030, 70}, {5, 2049, 3}, {130, 515, 600},
+};
+
+// a · b in double from the bfloat16 values, and Σ|a||b| per element.
+void reference(const std::vector<bfloat16_t>& a,
+               const std::vector<bfloat16_t>& b,
+               const bf16_case& c,
+               std::vector<double>& out,
+               std::vector<double>& magnitude) {
+  out.assign(static_cast<std::size_t>(c.m * c.n), 0.0);
+  magnitude.assign(out.size(), 0.0);
+  for (std::int64_t i = 0; i < c.m; ++i) {
+    for (std::int64_t p = 0; p < c.k; ++p) {
+      const double x = static_cast<float>(a[static_cast<std::size_t>(i * c.k + p)]);
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        const double y = static_cast<float>(b[static_cast<std::size_t>(p * c.n + j)]);
+        out[static_cast<std::size_t>(i * c.n + j)] += x * y;
+        magnitude[static_cast<std::size_t>(i * c.n + j)] += std::abs(x * y);
+      }
+    }
+  }
+}
+
+std::vector<bfloat16_t> matmul_bf16(const std::vector<bfloat16_t>& a,
+                                    const std::vector<bfloat16_t>& b,
+                                    const bf16_case& c) {
+  const tensor ta = cotensor::from_vector(a, {c.m, c.k});
+  const tensor tb = cotensor::from_vector(b, {c.k, c.n});
+  const tensor out = cotensor::matmul(ta, tb);
+  REQUIRE(out.dtype() == dtype::bfloat16);
+  return out.to_vector<bfloat16_t>();
+}
+
+}  // namespace
+
+TEST_SUITE("gemm") {
+  TEST_CASE("bfloat16 GEMM, every kernel, is exact where float32 accumulation is") {
+    for (const std::string& kernel : bf16_kernels()) {
+      CAPTURE(kernel);
+      const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
+      for (const bf16_case& c : bf16_cases) {
+        CAPTURE(c.m);
+        CAPTURE(c.k);
+        CAPTURE(c.n);
+        // Integers of at most 4 in magnitude: every partial sum is an integer below 2^24, exact
+        // in float32 in any order, so the result is the exact sum rounded once to bfloat16.
+        const auto a = values(c.m * c.k, 1, true);
+        const auto b = values(c.k * c.n, 2, true);
+        std::vector<double> want;
+        std::vector<double> magnitude;
+        reference(a, b, c, want, magnitude);
+        const auto got = matmul_bf16(a, b, c);
+        std::int64_t wrong = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          wrong += got[i].bits != bfloat16_t(static_cast<float>(want[i])).bits ? 1 : 0;
+        }
+        CHECK(wrong == 0);
+      }
+    }
+  }
+
+  TEST_CASE("bfloat16 GEMM, every kernel, is within float32 accumulation of the exact product") {
+    for (const std::string& kernel : bf16_kernels()) {
+      CAPTURE(kernel);
+      const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
+      for (const bf16_case& c : bf16_cases) {
+        CAPTURE(c.m);
+        CAPTURE(c.k);
+        CAPTURE(c.n);
+        const auto a = values(c.m * c.k, 3, false);
+        const auto b = values(c.k * c.n, 4, false);
+        std::vector<double> want;
+        std::vector<double> magnitude;
+        reference(a, b, c, want, magnitude);
+        const auto got = matmul_bf16(a, b, c);
+        // One rounding to bfloat16 (2^-8 relative, both sides of a tie) after a float32 sum of
+        // k products, each addition off by at most 2^-24 of the running magnitude.
+        std::int64_t wrong = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          const double bound = std::abs(want[i]) * 0x1p-8 +
+                               static_cast<double>(c.k) * 0x1p-23 * magnitude[i] * (1 + 0x1p-8);
+          wrong += std::abs(static_cast<float>(got[i]) - want[i]) > bound ? 1 : 0;
+        }
+        CHECK(wrong == 0);
+      }
+    }
+  }
+
+  TEST_CASE("bfloat16 GEMM, every kernel, gives the same bits on 1, 2 and 3 workers") {
+    const bf16_case c{150, 1100, 700};
+    const auto a = values(c.m * c.k, 5, false);
+    const auto b = values(c.k * c.n, 6, false);
+    for (const std::string& kernel : bf16_kernels()) {
+      CAPTURE(kernel);
+      const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
+      std::vector<std::vector<bfloat16_t>> results;
+      for (const unsigned workers : {1U, 2U, 3U}) {
+        const cotensor::runtime rt({.worker_threads = workers});
+        results.push_back(matmul_bf16(a, b, c));
+      }
+      for (std::size_t r = 1; r < results.size(); ++r) {
+        std::int64_t differ = 0;
+        for (std::size_t i = 0; i < results[0].size(); ++i) {
+          differ += results[r][i].bits != results[0][i].bits ? 1 : 0;
+        }
+        CHECK(differ == 0);
+      }
+    }
+  }
+
+  TEST_CASE("bfloat16 batched matmul and a broadcast operand use the same kernels") {
+    for (const std::string& kernel : bf16_kernels()) {
+      CAPTURE(kernel);
+      const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
+      const bf16_case c{13, 34, 35};
+      const auto a = values(3 * c.m * c.k, 7, true);
+      const auto b = values(c.k * c.n, 8, true);
+      const tensor out = cotensor::matmul(cotensor::from_vector(a, {3, c.m, c.k}),
+                                          cotensor::from_vector(b, {c.k, c.n}));
+      const auto got = out.to_vector<bfloat16_t>();
+      REQUIRE(got.size() == static_cast<std::size_t>(3 * c.m * c.n));
+      for (std::int64_t batch = 0; batch < 3; ++batch) {
+        const std::vector<bfloat16_t> a_batch(a.begin() + batch * c.m * c.k,
+                                              a.begin() + (batch + 1) * c.m * c.k);
+        std::vector<double> want;
+        std::vector<double> magnitude;
+        reference(a_batch, b, c, want, magnitude);
+        std::int64_t wrong = 0;
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          const auto g = got[static_cast<std::size_t>(batch * c.m * c.n) + i];
+          wrong += g.bits != bfloat16_t(static_cast<float>(want[i])).bits ? 1 : 0;
+        }
+        CHECK(wrong == 0);
+      }
+    }
+  }
+
+  TEST_CASE("COTENSOR_GEMM_BF16 is read strictly, and a kernel the CPU lacks is refused") {
+    const auto a = cotensor::ones({4, 4}, dtype::bfloat16);
+    {
+      const scoped_environment forced("COTENSOR_GEMM_BF16", "avx512");
+      CHECK_THROWS_WITH(cotensor::matmul(a, a).wait(),
+                        doctest::Contains("COTENSOR_GEMM_BF16='avx512'"));
+    }
+    const scoped_environment forced("COTENSOR_GEMM_BF16", "avx512_bf16");
+    if (cpu_has_avx512_bf16()) {
+      CHECK(cotensor::matmul(a, a).to_vector<float>() == std::vector<float>(16, 4.0F));
+    } else {
+      CHECK_THROWS_WITH(cotensor::matmul(a, a).wait(), doctest::Contains("no AVX-512 BF16"));
+    }
+  }
+}
