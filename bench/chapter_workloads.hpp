@@ -85,8 +85,9 @@ inline double increment_sync(int repeat, const cotensor::tensor& x) {
 
 // "Barriers and Blockers": the implicit blockers after a matmul.
 
-inline double sgemm_gflops(int repeat, std::int64_t size) {
-  const auto m = cotensor::randn({size, size});
+/// GFLOP/s of one size x size matmul of `t`, issued and waited; the median of `repeat`.
+inline double gemm_gflops(int repeat, std::int64_t size, cotensor::dtype t) {
+  const auto m = cotensor::randn({size, size}).astype(t);
   m.wait();
   const double s = median_seconds(repeat, [&] {
     const auto start = clock_type::now();
@@ -96,6 +97,10 @@ inline double sgemm_gflops(int repeat, std::int64_t size) {
   const auto flops =
       2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size);
   return flops / s / 1e9;
+}
+
+inline double sgemm_gflops(int repeat, std::int64_t size) {
+  return gemm_gflops(repeat, size, cotensor::dtype::float32);
 }
 
 }  // namespace cotensor_bench

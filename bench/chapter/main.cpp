@@ -12,6 +12,7 @@
 //   scalar_conversion     s        matmul(a, a).sum().item() for the same `a`
 //   sgemm_<n>_gflops      GFLOP/s  2 n^3 / the time of one n x n matmul, issued and waited
 //                                  (n = 1000, 2000, 4000; higher is better)
+//   bf16_gemm_<n>_gflops  GFLOP/s  the same for bfloat16 (float32 accumulation)
 //
 // Each figure is the median of --repeat runs (default 5) after one warm-up run; --quick makes
 // it one run and skips n = 4000, for the CI smoke test. The runtime comes from the environment
@@ -34,6 +35,7 @@ using cotensor_bench::print;
 using cotensor_bench::seconds_since;
 
 using cotensor_bench::dependency_graph;
+using cotensor_bench::gemm_gflops;
 using cotensor_bench::increment_async;
 using cotensor_bench::increment_sync;
 using cotensor_bench::matmul_loop;
@@ -83,6 +85,12 @@ int main(int argc, char** argv) {
   print("sgemm_2000_gflops", sgemm_gflops(opts.repeat, 2000));
   if (!opts.quick) {
     print("sgemm_4000_gflops", sgemm_gflops(opts.repeat, 4000));
+  }
+  const auto bf16 = cotensor::dtype::bfloat16;
+  print("bf16_gemm_1000_gflops", gemm_gflops(opts.repeat, 1000, bf16));
+  print("bf16_gemm_2000_gflops", gemm_gflops(opts.repeat, 2000, bf16));
+  if (!opts.quick) {
+    print("bf16_gemm_4000_gflops", gemm_gflops(opts.repeat, 4000, bf16));
   }
   return 0;
 }

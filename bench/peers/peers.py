@@ -14,6 +14,8 @@ bench/chapter/main.cpp (cotensor_bench_chapter):
   numpy_conversion       s        matmul(a, a) to a NumPy array (not NumPy itself)
   scalar_conversion      s        matmul(a, a).sum() to a Python float
   sgemm_<n>_gflops       GFLOP/s  2 n^3 / the time of one n x n float32 matmul, waited
+  bf16_gemm_<n>_gflops   GFLOP/s  the same for bfloat16 (PyTorch and JAX; NumPy has no
+                                  bfloat16 matmul and MLX's Linux build runs the reference BLAS)
 
 How each peer waits, as its documentation recommends: NumPy and PyTorch on the CPU run each op
 before returning (nothing to wait for); JAX dispatches asynchronously and is waited with
@@ -51,8 +53,8 @@ def timed(fn, repeat, times_itself=False):
     return statistics.median(runs)
 
 
-def gemm_figures(fig, sizes, repeat, time_one, notes):
-    """sgemm_<n>_gflops for each n, `time_one(n)` giving the median seconds of one n x n matmul.
+def gemm_figures(fig, sizes, repeat, time_one, notes, figure="sgemm"):
+    """<figure>_<n>_gflops for each n, `time_one(n)` giving the median seconds of one n x n matmul.
     A size whose runs would take over a minute at the previous size's rate (MLX's Linux CPU
     build, whose BLAS is the reference one) is skipped, with a note saying so."""
     previous = None
@@ -60,11 +62,11 @@ def gemm_figures(fig, sizes, repeat, time_one, notes):
         if previous is not None:
             estimate = previous[1] * (n / previous[0]) ** 3
             if estimate * (repeat + 1) > 60:
-                notes.append(f"sgemm_{n} skipped: about {estimate:.0f} s a run at the "
-                             f"sgemm_{previous[0]} rate")
+                notes.append(f"{figure}_{n} skipped: about {estimate:.0f} s a run at the "
+                             f"{figure}_{previous[0]} rate")
                 continue
         s = time_one(n)
-        fig[f"sgemm_{n}_gflops"] = 2 * n**3 / s / 1e9
+        fig[f"{figure}_{n}_gflops"] = 2 * n**3 / s / 1e9
         previous = (n, s)
 
 
@@ -138,6 +140,10 @@ def torch_figures(repeat, sizes, threads):
         return timed(lambda: torch.mm(m, m), repeat)
     notes = []
     gemm_figures(fig, sizes, repeat, gemm, notes)
+    def bf16_gemm(n):
+        m = torch.randn(size=(n, n)).to(torch.bfloat16)
+        return timed(lambda: torch.mm(m, m), repeat)
+    gemm_figures(fig, sizes, repeat, bf16_gemm, notes, "bf16_gemm")
     return f"torch {torch.__version__}, {torch.get_num_threads()} threads", fig, notes
 
 
@@ -186,11 +192,12 @@ def jax_figures(repeat, sizes):
     a = jax.random.normal(key, (N, N), dtype=jnp.float32).block_until_ready()
     fig["numpy_conversion"] = timed(lambda: np.asarray(jnp.dot(a, a)), repeat)
     fig["scalar_conversion"] = timed(lambda: jnp.dot(a, a).sum().item(), repeat)
-    def gemm(n):
-        m = jax.random.normal(key, (n, n), dtype=jnp.float32).block_until_ready()
+    def gemm(n, dtype=jnp.float32):
+        m = jax.random.normal(key, (n, n), dtype=dtype).block_until_ready()
         return timed(lambda: jnp.dot(m, m).block_until_ready(), repeat)
     notes = []
     gemm_figures(fig, sizes, repeat, gemm, notes)
+    gemm_figures(fig, sizes, repeat, lambda n: gemm(n, jnp.bfloat16), notes, "bf16_gemm")
     return f"jax {jax.__version__} ({jax.devices()[0].platform})", fig, notes
 
 
