@@ -1,6 +1,7 @@
-// The GEMM kernels the dispatcher can pick, each forced by its environment variable, against a
-// reference GEMM in double: shapes across every edge of the kernels' blocking, exact results
-// where float32 accumulation is exact, and the same bits whatever the number of workers.
+// The GEMM kernels the dispatcher can pick, each forced by its environment variable
+// (COTENSOR_GEMM_F32, COTENSOR_GEMM_BF16), against a reference GEMM in double: shapes across
+// every edge of the kernels' blocking, exact results where float32 accumulation is exact, and
+// the same bits whatever the number of workers.
 
 #include "cotensor/cotensor.hpp"
 
@@ -44,15 +45,35 @@ private:
   std::optional<std::string> old_;
 };
 
-bool cpu_has_avx512_bf16() {
+bool cpu_has_avx512() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
 #else
   return false;
 #endif
 }
 
-// The bfloat16 kernels this CPU can run, as COTENSOR_GEMM_BF16 names them.
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+// The float32 kernels this CPU can run, as COTENSOR_GEMM_F32 names them.
+std::vector<std::string> f32_kernels() {
+  std::vector<std::string> kernels{"openblas"};
+  if (cpu_has_avx512()) {
+    kernels.push_back("avx512");
+  } else {
+    MESSAGE("this CPU has no AVX-512: cotensor's float32 GEMM kernel is not tested here");
+  }
+  return kernels;
+}
+
+// The bfloat16 kernels this CPU can run, as COTENSOR_GEMM_BF16 names them (the converting path
+// runs the float32 kernel the CPU picks).
 std::vector<std::string> bf16_kernels() {
   std::vector<std::string> kernels{"convert"};
   if (cpu_has_avx512_bf16()) {
@@ -78,7 +99,7 @@ std::vector<bfloat16_t> values(std::int64_t count, std::uint32_t seed, bool inte
   return v;
 }
 
-struct bf16_case {
+struct gemm_case {
   std::int64_t m;
   std::int64_t k;
   std::int64_t n;
@@ -86,15 +107,18 @@ struct bf16_case {
 
 // Shapes across the kernel's edges: one row, a panel of 12 rows and one more, k odd and k = 1,
 // columns across a 32-column panel and a 512-column tile, and k past a block of 512.
-const std::vector<bf16_case> bf16_cases{
+const std::vector<gemm_case> gemm_shapes{
     {1, 1, 1},      {1, 7, 5},      {12, 2, 32},    {13, 3, 33},  {25, 64, 17},
     {96, 128, 512}, {97, 129, 513}, {40, 1030, 70}, {5, 2049, 3}, {130, 515, 600},
 };
 
-// a · b in double from the bfloat16 values, and Σ|a||b| per element.
-void reference(const std::vector<bfloat16_t>& a,
-               const std::vector<bfloat16_t>& b,
-               const bf16_case& c,
+std::vector<float> to_float(const std::vector<bfloat16_t>& v) { return {v.begin(), v.end()}; }
+
+// a · b in double, and Σ|a||b| per element.
+template <class T>
+void reference(const std::vector<T>& a,
+               const std::vector<T>& b,
+               const gemm_case& c,
                std::vector<double>& out,
                std::vector<double>& magnitude) {
   out.assign(static_cast<std::size_t>(c.m * c.n), 0.0);
@@ -113,7 +137,7 @@ void reference(const std::vector<bfloat16_t>& a,
 
 std::vector<bfloat16_t> matmul_bf16(const std::vector<bfloat16_t>& a,
                                     const std::vector<bfloat16_t>& b,
-                                    const bf16_case& c) {
+                                    const gemm_case& c) {
   const tensor ta = cotensor::from_vector(a, {c.m, c.k});
   const tensor tb = cotensor::from_vector(b, {c.k, c.n});
   const tensor out = cotensor::matmul(ta, tb);
@@ -128,7 +152,7 @@ TEST_SUITE("gemm") {
     for (const std::string& kernel : bf16_kernels()) {
       CAPTURE(kernel);
       const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
-      for (const bf16_case& c : bf16_cases) {
+      for (const gemm_case& c : gemm_shapes) {
         CAPTURE(c.m);
         CAPTURE(c.k);
         CAPTURE(c.n);
@@ -153,7 +177,7 @@ TEST_SUITE("gemm") {
     for (const std::string& kernel : bf16_kernels()) {
       CAPTURE(kernel);
       const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
-      for (const bf16_case& c : bf16_cases) {
+      for (const gemm_case& c : gemm_shapes) {
         CAPTURE(c.m);
         CAPTURE(c.k);
         CAPTURE(c.n);
@@ -177,7 +201,7 @@ TEST_SUITE("gemm") {
   }
 
   TEST_CASE("bfloat16 GEMM, every kernel, gives the same bits on 1, 2 and 3 workers") {
-    const bf16_case c{150, 1100, 700};
+    const gemm_case c{150, 1100, 700};
     const auto a = values(c.m * c.k, 5, false);
     const auto b = values(c.k * c.n, 6, false);
     for (const std::string& kernel : bf16_kernels()) {
@@ -202,7 +226,7 @@ TEST_SUITE("gemm") {
     for (const std::string& kernel : bf16_kernels()) {
       CAPTURE(kernel);
       const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
-      const bf16_case c{13, 34, 35};
+      const gemm_case c{13, 34, 35};
       const auto a = values(3 * c.m * c.k, 7, true);
       const auto b = values(c.k * c.n, 8, true);
       const tensor out = cotensor::matmul(cotensor::from_vector(a, {3, c.m, c.k}),
@@ -222,6 +246,69 @@ TEST_SUITE("gemm") {
         }
         CHECK(wrong == 0);
       }
+    }
+  }
+
+  TEST_CASE("float32 GEMM, every kernel, is within float32 accumulation of the exact product") {
+    for (const std::string& kernel : f32_kernels()) {
+      CAPTURE(kernel);
+      const scoped_environment forced("COTENSOR_GEMM_F32", kernel.c_str());
+      for (const gemm_case& c : gemm_shapes) {
+        CAPTURE(c.m);
+        CAPTURE(c.k);
+        CAPTURE(c.n);
+        const auto a = to_float(values(c.m * c.k, 9, false));
+        const auto b = to_float(values(c.k * c.n, 10, false));
+        std::vector<double> want;
+        std::vector<double> magnitude;
+        reference(a, b, c, want, magnitude);
+        const auto got = cotensor::matmul(cotensor::from_vector(a, {c.m, c.k}),
+                                          cotensor::from_vector(b, {c.k, c.n}))
+                             .to_vector<float>();
+        // A float32 sum of k exact products (bfloat16 values), each addition off by at most
+        // 2^-24 of the running magnitude.
+        std::int64_t wrong = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          const double bound = static_cast<double>(c.k) * 0x1p-23 * magnitude[i];
+          wrong += std::abs(got[i] - want[i]) > bound ? 1 : 0;
+        }
+        CHECK(wrong == 0);
+      }
+    }
+  }
+
+  TEST_CASE("float32 GEMM on cotensor's kernel gives the same bits on 1, 2 and 3 workers") {
+    if (!cpu_has_avx512()) {
+      MESSAGE("this CPU has no AVX-512: nothing to test");
+      return;
+    }
+    const scoped_environment forced("COTENSOR_GEMM_F32", "avx512");
+    const gemm_case c{150, 1100, 700};
+    const auto a = to_float(values(c.m * c.k, 11, false));
+    const auto b = to_float(values(c.k * c.n, 12, false));
+    std::vector<std::vector<float>> results;
+    for (const unsigned workers : {1U, 2U, 3U}) {
+      const cotensor::runtime rt({.worker_threads = workers});
+      results.push_back(cotensor::matmul(cotensor::from_vector(a, {c.m, c.k}),
+                                         cotensor::from_vector(b, {c.k, c.n}))
+                            .to_vector<float>());
+    }
+    CHECK(results[1] == results[0]);
+    CHECK(results[2] == results[0]);
+  }
+
+  TEST_CASE("COTENSOR_GEMM_F32 is read strictly, and a kernel the CPU lacks is refused") {
+    const auto a = cotensor::ones({4, 4});
+    {
+      const scoped_environment forced("COTENSOR_GEMM_F32", "blas");
+      CHECK_THROWS_WITH(cotensor::matmul(a, a).wait(),
+                        doctest::Contains("COTENSOR_GEMM_F32='blas'"));
+    }
+    const scoped_environment forced("COTENSOR_GEMM_F32", "avx512");
+    if (cpu_has_avx512()) {
+      CHECK(cotensor::matmul(a, a).to_vector<float>() == std::vector<float>(16, 4.0F));
+    } else {
+      CHECK_THROWS_WITH(cotensor::matmul(a, a).wait(), doctest::Contains("no AVX-512"));
     }
   }
 

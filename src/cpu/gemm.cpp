@@ -1,11 +1,12 @@
-// GEMM on the CPU: OpenBLAS SGEMM (DGEMM) calls on tiles that the backend's workers share
-// (OpenBLAS is opened with the first GEMM: cpu/openblas.hpp).
-// bfloat16 runs cotensor's own vdpbf16ps kernel where the CPU has AVX-512 BF16
-// (cpu/gemm_bf16.hpp; COTENSOR_GEMM_BF16 forces a path). float16, and bfloat16 elsewhere, go
+// GEMM on the CPU: float32 on cotensor's own AVX-512 kernel where the CPU has AVX-512
+// (cpu/gemm_avx512.hpp), else OpenBLAS SGEMM calls on tiles that the backend's workers share
+// (OpenBLAS is opened with its first GEMM: cpu/openblas.hpp); float64 on OpenBLAS DGEMM.
+// bfloat16 runs cotensor's own vdpbf16ps kernel where the CPU has AVX-512 BF16.
+// COTENSOR_GEMM_F32 and COTENSOR_GEMM_BF16 force a path. float16, and bfloat16 elsewhere, go
 // through float32: the operands are converted, multiplied by SGEMM and the result rounded once
 // (Debian's OpenBLAS 0.3.21 exports no sbgemm). Integers are exact, wrapping, in a plain loop.
 
-#include "cpu/gemm_bf16.hpp"
+#include "cpu/gemm_avx512.hpp"
 #include "cpu/gemm_scratch.hpp"
 #include "cpu/half_convert.hpp"
 #include "cpu/kernels.hpp"
@@ -24,6 +25,10 @@ void sgemm(
   }
   if (k == 0) {
     std::fill(c, c + m * n, 0.0F);
+    return;
+  }
+  if (f32_gemm_kernel_for_this_call() == gemm_kernel::avx512) {
+    sgemm_avx512(a, b, c, m, k, n);
     return;
   }
   // One tile per worker, each one single-threaded SGEMM call (OpenBLAS keeps its own threads
@@ -110,7 +115,7 @@ void half_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std
     return;
   }
   if constexpr (std::is_same_v<T, bfloat16_t>) {
-    if (bf16_gemm_kernel_for_this_call() == bf16_gemm_kernel::avx512_bf16) {
+    if (bf16_gemm_kernel_for_this_call() == gemm_kernel::avx512_bf16) {
       bf16_gemm_avx512(a, b, c, m, k, n);
       return;
     }

@@ -1,0 +1,493 @@
+// cotensor's AVX-512 GEMMs (cpu/gemm_avx512.hpp says what they compute).
+//
+// One driver for two kinds of step along k:
+// - float32: a step is one k; A's word is a[r][p], B's panel row is b[p][j..j+64).
+// - bfloat16: a step is a pair of k; A's word is (a[r][2p], a[r][2p+1]), one 32-bit word, and
+//   B's packed row holds (b[2p][j], b[2p+1][j]) in each 32-bit lane, the two bfloat16 that one
+//   vdpbf16ps lane multiplies by A's two and adds.
+// The register tile is 6 rows x 64 columns (24 zmm accumulators); each step broadcasts one word
+// of each of the 6 rows of A and loads 4 vectors of B. A's rows are read in place when its
+// words lie in them (always for float32; for bfloat16 when k is even); a last panel of fewer
+// than 6 rows, or every panel when k is odd, is packed first. Padding is zeros, so the kernel
+// has no edge cases: a last panel of B narrower than 64 columns runs with fewer vectors, and the
+// last copy to C skips the padding.
+
+#include "cpu/gemm_avx512.hpp"
+
+#include "cpu/gemm_scratch.hpp"
+#include "cpu/kernels.hpp"
+#include "support/environment.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+// GCC 12 reports its own _mm512_undefined_epi32() inside the AVX-512 intrinsics as used
+// (or maybe used) uninitialised (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#define COTENSOR_HAVE_AVX512 1
+#define COTENSOR_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#else
+#define COTENSOR_HAVE_AVX512 0
+#endif
+
+namespace cotensor::detail::cpu {
+
+std::string_view to_string(gemm_kernel k) noexcept {
+  switch (k) {
+  case gemm_kernel::avx512:
+    return "avx512";
+  case gemm_kernel::openblas:
+    return "openblas";
+  case gemm_kernel::avx512_bf16:
+    return "avx512_bf16";
+  case gemm_kernel::convert:
+    return "convert";
+  }
+  return "unknown";
+}
+
+bool cpu_has_avx512() noexcept {
+#if COTENSOR_HAVE_AVX512
+  // __builtin_cpu_supports("avx512f") also checks that the OS saves the zmm registers.
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512_bf16() noexcept {
+#if COTENSOR_HAVE_AVX512
+  static const bool has = [] {
+    unsigned eax = 0;
+    unsigned ebx = 0;
+    unsigned ecx = 0;
+    unsigned edx = 0;
+    // CPUID leaf 7, sub-leaf 1, EAX bit 5: AVX512_BF16.
+    return cpu_has_avx512() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 &&
+           (eax & (1U << 5)) != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// The kernel named by `variable` (`native` or `fallback`, "auto" or unset: `automatic`).
+gemm_kernel kernel_from_environment(const char* variable,
+                                    gemm_kernel native,
+                                    bool cpu_has_native,
+                                    const char* instructions,
+                                    gemm_kernel fallback,
+                                    gemm_kernel automatic) {
+  const auto value = environment_variable(variable);
+  if (!value || value->empty() || *value == "auto") {
+    return automatic;
+  }
+  if (*value == to_string(fallback)) {
+    return fallback;
+  }
+  if (*value == to_string(native)) {
+    if (!cpu_has_native) {
+      throw std::runtime_error(std::string("cotensor: ") + variable + "=" + *value +
+                               ", but this CPU has no " + instructions);
+    }
+    return native;
+  }
+  bad_environment_variable(variable, *value,
+                           "auto, " + std::string(to_string(native)) + " or " +
+                               std::string(to_string(fallback)));
+}
+
+}  // namespace
+
+gemm_kernel f32_gemm_kernel_for_this_call() {
+  // Measured side by side (docs/performance.md#cotensors-own-gemm): on AMD Zen 4 cotensor's
+  // kernel; OpenBLAS where the CPU lacks AVX-512.
+  const gemm_kernel automatic = cpu_has_avx512() ? gemm_kernel::avx512 : gemm_kernel::openblas;
+  return kernel_from_environment("COTENSOR_GEMM_F32", gemm_kernel::avx512, cpu_has_avx512(),
+                                 "AVX-512", gemm_kernel::openblas, automatic);
+}
+
+gemm_kernel bf16_gemm_kernel_for_this_call() {
+  const gemm_kernel automatic =
+      cpu_has_avx512_bf16() ? gemm_kernel::avx512_bf16 : gemm_kernel::convert;
+  return kernel_from_environment("COTENSOR_GEMM_BF16", gemm_kernel::avx512_bf16,
+                                 cpu_has_avx512_bf16(), "AVX-512 BF16", gemm_kernel::convert,
+                                 automatic);
+}
+
+#if COTENSOR_HAVE_AVX512
+namespace {
+
+constexpr std::int64_t mr = 6;        // rows of the register tile
+constexpr std::int64_t nr = 64;       // columns of the register tile (four zmm)
+constexpr std::int64_t mc = 16 * mr;  // rows of a worker's tile
+constexpr std::int64_t nc = 8 * nr;   // columns of a worker's tile
+constexpr std::int64_t kc = 256;      // steps along k in a block
+
+// float32: a step is one k.
+struct f32_steps {
+  using element = float;
+  using word = float;
+  static std::int64_t steps(std::int64_t k) { return k; }
+  static bool a_in_place(std::int64_t /*k*/) { return true; }
+  static word a_word(const element* row, std::int64_t p, std::int64_t /*k*/) { return row[p]; }
+
+  // out[j] = b[p][col0 + j] for j < cols, 0 past them.
+  COTENSOR_AVX512_TARGET static void pack_b_row(const element* b,
+                                                std::int64_t /*k*/,
+                                                std::int64_t n,
+                                                std::int64_t p,
+                                                std::int64_t col0,
+                                                std::int64_t cols,
+                                                word* out) {
+    const element* row = b + p * n + col0;
+    if (cols == nr) {
+      for (std::int64_t j = 0; j < nr; j += 16) {
+        _mm512_storeu_ps(out + j, _mm512_loadu_ps(row + j));
+      }
+      return;
+    }
+    for (std::int64_t j = 0; j < nr; ++j) {
+      out[j] = j < cols ? row[j] : 0.0F;
+    }
+  }
+
+  COTENSOR_AVX512_TARGET static __m512 broadcast(word w) { return _mm512_set1_ps(w); }
+  COTENSOR_AVX512_TARGET static __m512 load_b(const word* b) { return _mm512_loadu_ps(b); }
+  COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, __m512 a, __m512 b) {
+    return _mm512_fmadd_ps(a, b, acc);
+  }
+
+  static void store_row(const float* in, element* out, std::int64_t n) {
+    std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(float));
+  }
+};
+
+// bfloat16: a step is a pair of k.
+struct bf16_steps {
+  using element = std::uint16_t;
+  using word = std::uint32_t;
+  static std::int64_t steps(std::int64_t k) { return (k + 1) / 2; }
+  static bool a_in_place(std::int64_t k) { return k % 2 == 0; }
+  // (row[2p], row[2p+1]), zero past k.
+  static word a_word(const element* row, std::int64_t p, std::int64_t k) {
+    const word lo = row[2 * p];
+    const word hi = 2 * p + 1 < k ? row[2 * p + 1] : 0U;
+    return lo | (hi << 16);
+  }
+
+  // out[j] = (b[2p][col0 + j], b[2p+1][col0 + j]) for j < cols, 0 past them.
+  COTENSOR_AVX512_TARGET static void pack_b_row(const element* b,
+                                                std::int64_t k,
+                                                std::int64_t n,
+                                                std::int64_t p,
+                                                std::int64_t col0,
+                                                std::int64_t cols,
+                                                word* out) {
+    const element* lo = b + 2 * p * n + col0;
+    const element* hi = 2 * p + 1 < k ? lo + n : nullptr;
+    if (cols == nr) {
+      for (std::int64_t j = 0; j < nr; j += 16) {
+        const __m512i l =
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + j)));
+        const __m512i h = hi == nullptr ? _mm512_setzero_si512()
+                                        : _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                              reinterpret_cast<const __m256i*>(hi + j)));
+        _mm512_storeu_si512(out + j, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+      }
+      return;
+    }
+    for (std::int64_t j = 0; j < nr; ++j) {
+      const word l = j < cols ? lo[j] : 0U;
+      const word h = j < cols && hi != nullptr ? hi[j] : 0U;
+      out[j] = l | (h << 16);
+    }
+  }
+
+  COTENSOR_AVX512_TARGET static __m512bh broadcast(word w) {
+    return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(w)));
+  }
+  COTENSOR_AVX512_TARGET static __m512bh load_b(const word* b) {
+    return reinterpret_cast<__m512bh>(_mm512_loadu_si512(b));
+  }
+  COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, __m512bh a, __m512bh b) {
+    return _mm512_dpbf16_ps(acc, a, b);
+  }
+
+  // out[j] = bfloat16_t(in[j]): rounded to nearest even, NaN to the quiet NaN of its payload
+  // (bfloat16_bits_from_float in lanes; vcvtneps2bf16 would flush denormals).
+  COTENSOR_AVX512_TARGET static void store_row(const float* in, element* out, std::int64_t n) {
+    std::int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      const __m512 x = _mm512_loadu_ps(in + j);
+      const __m512i u = _mm512_castps_si512(x);
+      const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+      __m512i bits = _mm512_srli_epi32(
+          _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
+      bits = _mm512_mask_or_epi32(bits, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm512_cvtepi32_epi16(bits));
+    }
+    for (; j < n; ++j) {
+      out[j] = bfloat16_bits_from_float(in[j]);
+    }
+  }
+};
+
+// Where a panel of 6 rows of A is: row r's word at step p is a[r * row_stride + p * step].
+// A packed panel has (1, 6); rows of A used in place, (words per row, 1).
+template <class Steps>
+struct a_panel {
+  const typename Steps::word* a;
+  std::int64_t row_stride;
+  std::int64_t step;
+};
+
+// c[6, 16 * vectors] (row stride ldc) = (first ? 0 : c) + a · b over `steps` steps from a.a;
+// `vectors` is 4 but in the last panel of a narrower B.
+template <class Steps, int vectors>
+COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
+                                       const typename Steps::word* b,
+                                       std::int64_t steps,
+                                       float* c,
+                                       std::int64_t ldc,
+                                       bool first) {
+  __m512 acc[mr][vectors];
+#pragma GCC unroll 6
+  for (std::int64_t r = 0; r < mr; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < vectors; ++v) {
+      acc[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + 16 * v);
+    }
+  }
+  const typename Steps::word* ap = a.a;
+  for (std::int64_t p = 0; p < steps; ++p) {
+    decltype(Steps::load_b(b)) bv[vectors];
+#pragma GCC unroll 4
+    for (int v = 0; v < vectors; ++v) {
+      bv[v] = Steps::load_b(b + 16 * v);
+    }
+#pragma GCC unroll 6
+    for (std::int64_t r = 0; r < mr; ++r) {
+      const auto ar = Steps::broadcast(ap[r * a.row_stride]);
+#pragma GCC unroll 4
+      for (int v = 0; v < vectors; ++v) {
+        acc[r][v] = Steps::step(acc[r][v], ar, bv[v]);
+      }
+    }
+    ap += a.step;
+    b += nr;
+  }
+#pragma GCC unroll 6
+  for (std::int64_t r = 0; r < mr; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < vectors; ++v) {
+      _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
+    }
+  }
+}
+
+// micro_tile over the first `columns` (1 to 64) columns of the panel, rounded up to 16.
+template <class Steps>
+COTENSOR_AVX512_TARGET void micro_tile_columns(std::int64_t columns,
+                                               a_panel<Steps> a,
+                                               const typename Steps::word* b,
+                                               std::int64_t steps,
+                                               float* c,
+                                               std::int64_t ldc,
+                                               bool first) {
+  switch ((columns + 15) / 16) {
+  case 1:
+    return micro_tile<Steps, 1>(a, b, steps, c, ldc, first);
+  case 2:
+    return micro_tile<Steps, 2>(a, b, steps, c, ldc, first);
+  case 3:
+    return micro_tile<Steps, 3>(a, b, steps, c, ldc, first);
+  default:
+    return micro_tile<Steps, 4>(a, b, steps, c, ldc, first);
+  }
+}
+
+// A worker's float32 partial sums of one tile (at most 96 x 512), kept for its next tile: a
+// block of that size from the allocator each time would be fresh pages to fault in, with the
+// other workers faulting in theirs at the same time.
+float* partial_sums(std::int64_t count) {
+  struct buffer {
+    std::unique_ptr<float[]> p;
+    std::int64_t capacity = 0;
+  };
+  thread_local buffer b;
+  if (b.capacity < count) {
+    b.p = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(count));
+    b.capacity = count;
+  }
+  return b.p.get();
+}
+
+// How far the packing of one column tile of B has come: panels claimed by a worker, and packed.
+struct column_packing {
+  std::atomic<std::int64_t> claimed{0};
+  std::atomic<std::int64_t> packed{0};
+};
+
+template <class Steps>
+void gemm(const typename Steps::element* a,
+          const typename Steps::element* b,
+          typename Steps::element* c,
+          std::int64_t m,
+          std::int64_t k,
+          std::int64_t n) {
+  using word = typename Steps::word;
+  const std::int64_t steps = Steps::steps(k);
+  const std::int64_t a_panels = (m + mr - 1) / mr;
+  const std::int64_t b_panels = (n + nr - 1) / nr;
+
+  // A's panels in place, but a last one of fewer rows (or all, when A's rows do not hold its
+  // words), packed first: out[p * 6 + r] = row r's word p.
+  const std::int64_t first_packed = Steps::a_in_place(k) ? m / mr : 0;
+  const std::int64_t packed_panels = a_panels - first_packed;
+  const gemm_scratch<word> packed_a(packed_panels * steps * mr);
+  const auto pack_a = [&](std::int64_t t) {
+    word* out = packed_a.get() + t * steps * mr;
+    const std::int64_t row0 = (first_packed + t) * mr;
+    for (std::int64_t r = 0; r < mr; ++r) {
+      const bool row = row0 + r < m;
+      for (std::int64_t p = 0; p < steps; ++p) {
+        out[p * mr + r] = row ? Steps::a_word(a + (row0 + r) * k, p, k) : word{0};
+      }
+    }
+  };
+  if (packed_panels == 1) {
+    pack_a(0);
+  } else if (packed_panels > 1) {
+    parallel_tiles(packed_panels, pack_a);
+  }
+  const std::int64_t words_per_row =
+      k * static_cast<std::int64_t>(sizeof(*a)) / static_cast<std::int64_t>(sizeof(word));
+  const auto panel_of_a = [&](std::int64_t panel, std::int64_t p0) {
+    if (panel < first_packed) {
+      return a_panel<Steps>{reinterpret_cast<const word*>(a) + panel * mr * words_per_row + p0,
+                            words_per_row, 1};
+    }
+    return a_panel<Steps>{packed_a.get() + (panel - first_packed) * steps * mr + p0 * mr, 1, mr};
+  };
+
+  // B is packed as the workers reach it, a column tile's panels by the workers that first need
+  // them: no pass over B before the first product, and the two halves of the tiles (oneTBB
+  // splits the range in halves) start on different column tiles.
+  const std::int64_t row_tiles = (m + mc - 1) / mc;
+  const std::int64_t col_tiles = (n + nc - 1) / nc;
+  const gemm_scratch<word> packed_b(b_panels * steps * nr);
+  const std::unique_ptr<column_packing[]> packing(new column_packing[col_tiles]);
+  const auto pack_columns = [&](std::int64_t tile) {
+    column_packing& state = packing[tile];
+    const std::int64_t first = tile * (nc / nr);
+    const std::int64_t panels = std::min(nc / nr, b_panels - first);
+    if (state.packed.load(std::memory_order_acquire) == panels) {
+      return;
+    }
+    for (std::int64_t i = 0;
+         (i = state.claimed.fetch_add(1, std::memory_order_relaxed)) < panels;) {
+      const std::int64_t col0 = (first + i) * nr;
+      word* out = packed_b.get() + (first + i) * steps * nr;
+      for (std::int64_t p = 0; p < steps; ++p) {
+        Steps::pack_b_row(b, k, n, p, col0, std::min(nr, n - col0), out + p * nr);
+      }
+      state.packed.fetch_add(1, std::memory_order_release);
+    }
+    // The panels left are being packed by other workers, one panel each at most.
+    while (state.packed.load(std::memory_order_acquire) < panels) {
+      std::this_thread::yield();
+    }
+  };
+
+  parallel_tiles(row_tiles * col_tiles, [&](std::int64_t t) {
+    const std::int64_t i0 = (t % row_tiles) * mc;
+    const std::int64_t j0 = (t / row_tiles) * nc;
+    pack_columns(t / row_tiles);
+    const std::int64_t rows = std::min(mc, m - i0);
+    const std::int64_t cols = std::min(nc, n - j0);
+    const std::int64_t row_panels = (rows + mr - 1) / mr;
+    const std::int64_t col_panels = (cols + nr - 1) / nr;
+    const std::int64_t ldc = col_panels * nr;
+    float* const partial = partial_sums(row_panels * mr * ldc);
+    for (std::int64_t p0 = 0; p0 < steps; p0 += kc) {
+      const std::int64_t block = std::min(kc, steps - p0);
+      for (std::int64_t ip = 0; ip < row_panels; ++ip) {
+        const a_panel<Steps> ap = panel_of_a(i0 / mr + ip, p0);
+        for (std::int64_t jp = 0; jp < col_panels; ++jp) {
+          const word* bp = packed_b.get() + (j0 / nr + jp) * steps * nr + p0 * nr;
+          micro_tile_columns<Steps>(cols - jp * nr, ap, bp, block,
+                                    partial + ip * mr * ldc + jp * nr, ldc, p0 == 0);
+        }
+      }
+    }
+    for (std::int64_t i = 0; i < rows; ++i) {
+      Steps::store_row(partial + i * ldc, c + (i0 + i) * n + j0, cols);
+    }
+  });
+}
+
+// c = 0 when k is 0; whether there is anything left to do.
+template <class T>
+bool trivial(T* c, std::int64_t m, std::int64_t k, std::int64_t n) {
+  if (m == 0 || n == 0) {
+    return true;
+  }
+  if (k == 0) {
+    std::fill(c, c + m * n, T{});
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void sgemm_avx512(
+    const float* a, const float* b, float* c, std::int64_t m, std::int64_t k, std::int64_t n) {
+  if (!trivial(c, m, k, n)) {
+    gemm<f32_steps>(a, b, c, m, k, n);
+  }
+}
+
+void bf16_gemm_avx512(const bfloat16_t* a,
+                      const bfloat16_t* b,
+                      bfloat16_t* c,
+                      std::int64_t m,
+                      std::int64_t k,
+                      std::int64_t n) {
+  auto* c16 = reinterpret_cast<std::uint16_t*>(c);
+  if (!trivial(c16, m, k, n)) {
+    gemm<bf16_steps>(reinterpret_cast<const std::uint16_t*>(a),
+                     reinterpret_cast<const std::uint16_t*>(b), c16, m, k, n);
+  }
+}
+#else
+void sgemm_avx512(const float*, const float*, float*, std::int64_t, std::int64_t, std::int64_t) {
+  throw std::runtime_error("cotensor: the AVX-512 GEMM is not built for this CPU");
+}
+void bf16_gemm_avx512(
+    const bfloat16_t*, const bfloat16_t*, bfloat16_t*, std::int64_t, std::int64_t, std::int64_t) {
+  throw std::runtime_error("cotensor: the AVX-512 BF16 GEMM is not built for this CPU");
+}
+#endif
+
+}  // namespace cotensor::detail::cpu
