@@ -2,6 +2,8 @@
 
 #include "cotensor/ops.hpp"
 
+#include "support/error_category.hpp"
+
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -18,24 +20,18 @@ namespace cotensor {
 
 namespace {
 
-class batcher_category_impl final : public std::error_category {
-public:
-  const char* name() const noexcept override { return "cotensor.batcher"; }
-  std::string message(int ev) const override {
-    switch (static_cast<batcher_errc>(ev)) {
-    case batcher_errc::queue_full:
-      return "batcher queue is full";
-    case batcher_errc::closed:
-      return "batcher is shut down";
-    }
-    return "unknown batcher error";
-  }
-};
+std::string batcher_message(int code) {
+  static constexpr detail::code_message<batcher_errc> messages[] = {
+      {batcher_errc::queue_full, "batcher queue is full"},
+      {batcher_errc::closed, "batcher is shut down"},
+  };
+  return detail::message_in(messages, code, "unknown batcher error");
+}
 
 }  // namespace
 
 const std::error_category& batcher_category() noexcept {
-  static const batcher_category_impl category;
+  static const detail::message_category category("cotensor.batcher", batcher_message);
   return category;
 }
 

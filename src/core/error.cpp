@@ -1,30 +1,25 @@
 #include "cotensor/error.hpp"
 
+#include "support/error_category.hpp"
+
 namespace cotensor {
 namespace {
 
-class category final : public std::error_category {
-public:
-  const char* name() const noexcept override { return "cotensor"; }
-  std::string message(int ev) const override {
-    switch (static_cast<errc>(ev)) {
-    case errc::device_unavailable:
-      return "device unavailable in this build or on this machine";
-    case errc::wait_on_backend_thread:
-      return "blocking wait on a backend worker thread (it could deadlock)";
-    case errc::shutting_down:
-      return "the runtime is shutting down";
-    case errc::op_abandoned:
-      return "the op's completion was destroyed without being invoked";
-    }
-    return "unknown cotensor error";
-  }
-};
+std::string message_of(int code) {
+  static constexpr detail::code_message<errc> messages[] = {
+      {errc::device_unavailable, "device unavailable in this build or on this machine"},
+      {errc::wait_on_backend_thread,
+       "blocking wait on a backend worker thread (it could deadlock)"},
+      {errc::shutting_down, "the runtime is shutting down"},
+      {errc::op_abandoned, "the op's completion was destroyed without being invoked"},
+  };
+  return detail::message_in(messages, code, "unknown cotensor error");
+}
 
 }  // namespace
 
 const std::error_category& error_category() noexcept {
-  static const category instance;
+  static const detail::message_category instance("cotensor", message_of);
   return instance;
 }
 

@@ -1,49 +1,39 @@
 #include "cuda/cuda_error.hpp"
 
+#include "support/error_category.hpp"
+
 #include <cstdio>
 #include <new>
 
 namespace cotensor::detail::cuda {
 namespace {
 
-class cuda_errors final : public std::error_category {
-public:
-  const char* name() const noexcept override { return "cuda"; }
-  std::string message(int code) const override {
-    const auto e = static_cast<cudaError_t>(code);
-    return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-  }
-};
+std::string cuda_message(int code) {
+  const auto e = static_cast<cudaError_t>(code);
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
 
-class cublas_errors final : public std::error_category {
-public:
-  const char* name() const noexcept override { return "cublas"; }
-  std::string message(int code) const override {
-    switch (static_cast<cublasStatus_t>(code)) {
-    case CUBLAS_STATUS_SUCCESS:
-      return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-      return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR:
-      return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED:
-      return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR:
-      return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-      return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR:
-      return "CUBLAS_STATUS_LICENSE_ERROR";
-    }
-    return "cuBLAS status " + std::to_string(code);
-  }
-};
+// A status and its name as cuBLAS spells it.
+#define COTENSOR_CUBLAS_STATUS(status)                                                             \
+  { status, #status }
+
+std::string cublas_message(int code) {
+  static constexpr code_message<cublasStatus_t> messages[] = {
+      COTENSOR_CUBLAS_STATUS(CUBLAS_STATUS_SUCCESS),
+      COTENSOR_CUBLAS_STATUS(CUBLAS_STATUS_NOT_INITIALIZED),
+      COTENSOR_CUBLAS_STATUS(CUBLAS_STATUS_ALLOC_FAILED),
+      COTENSOR_CUBLAS_STATUS(CUBLAS_STATUS_INVALID_VALUE),
+      COTENSOR_CUBLAS_STATUS(CUBLAS_STATUS_ARCH_MISMATCH),
+      COTENSOR_CUBLAS_STATUS(CUBLAS_STATUS_MAPPING_ERROR),
+      COTENSOR_CUBLAS_STATUS(CUBLAS_STATUS_EXECUTION_FAILED),
+      COTENSOR_CUBLAS_STATUS(CUBLAS_STATUS_INTERNAL_ERROR),
+      COTENSOR_CUBLAS_STATUS(CUBLAS_STATUS_NOT_SUPPORTED),
+      COTENSOR_CUBLAS_STATUS(CUBLAS_STATUS_LICENSE_ERROR),
+  };
+  return message_in(messages, code, "cuBLAS status " + std::to_string(code));
+}
+
+#undef COTENSOR_CUBLAS_STATUS
 
 std::string where(const char* expr, const char* file, int line) {
   std::string s = "cotensor: ";
@@ -58,12 +48,12 @@ std::string where(const char* expr, const char* file, int line) {
 thread_local const char* launching_op = nullptr;
 
 const std::error_category& cuda_category() noexcept {
-  static const cuda_errors instance;
+  static const message_category instance("cuda", cuda_message);
   return instance;
 }
 
 const std::error_category& cublas_category() noexcept {
-  static const cublas_errors instance;
+  static const message_category instance("cublas", cublas_message);
   return instance;
 }
 

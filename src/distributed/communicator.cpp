@@ -4,6 +4,7 @@
 
 #include "distributed/comm_state.hpp"
 #include "support/environment.hpp"
+#include "support/error_category.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -18,21 +19,17 @@ namespace detail {
 
 namespace {
 
-class mpi_category_impl final : public std::error_category {
-public:
-  const char* name() const noexcept override { return "mpi"; }
-  std::string message(int code) const override {
-    char text[MPI_MAX_ERROR_STRING] = {};
-    int length = 0;
-    {
-      std::lock_guard lock(mpi_lock());
-      if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) {
-        return "MPI error " + std::to_string(code);
-      }
+std::string mpi_message(int code) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  {
+    std::lock_guard lock(mpi_lock());
+    if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) {
+      return "MPI error " + std::to_string(code);
     }
-    return std::string(text, static_cast<std::size_t>(length));
   }
-};
+  return std::string(text, static_cast<std::size_t>(length));
+}
 
 // The environment's settings, refused with std::invalid_argument naming the variable when
 // malformed (a typo must not fall back to a default silently), before MPI is initialised.
@@ -194,7 +191,7 @@ std::recursive_mutex& mpi_lock() {
 }
 
 const std::error_category& mpi_category() {
-  static const mpi_category_impl c;
+  static const ::cotensor::detail::message_category c("mpi", mpi_message);
   return c;
 }
 

@@ -6,6 +6,7 @@
 #include "cotensor/error.hpp"
 
 #include "cuda/library.hpp"
+#include "support/error_category.hpp"
 
 #include <string>
 
@@ -63,22 +64,19 @@ const nccl_api& nccl() {
 
 namespace {
 
-class nccl_category_impl final : public std::error_category {
-public:
-  const char* name() const noexcept override { return "nccl"; }
-  std::string message(int code) const override {
-    const auto& l = loaded();
-    if (l.error.empty()) {
-      return l.api.get_error_string(static_cast<ncclResult_t>(code));
-    }
-    return "NCCL error " + std::to_string(code);
+std::string nccl_message(int code) {
+  const auto& l = loaded();
+  if (l.error.empty()) {
+    return l.api.get_error_string(static_cast<ncclResult_t>(code));
   }
-};
+  return "NCCL error " + std::to_string(code);
+}
 
 }  // namespace
 
 const std::error_category& nccl_category() {
-  static const auto* c = new nccl_category_impl;  // errors may outlive static destructors
+  // errors may outlive static destructors
+  static const auto* c = new ::cotensor::detail::message_category("nccl", nccl_message);
   return *c;
 }
 
