@@ -5,6 +5,9 @@
 
 #include "cotensor/dtype.hpp"
 
+#include "support/enum_table.hpp"
+
+#include <cstddef>
 #include <cstdint>
 
 namespace cotensor::detail {
@@ -34,6 +37,14 @@ decltype(auto) visit_dtype(dtype t, F&& f) {
     break;
   }
   return f(type_tag<double>{});
+}
+
+/// The entry of `table` for `t`: the table lists one per dtype, in the order of the enumerators
+/// (`other` for a value that names no dtype).
+template <class T, std::size_t N>
+constexpr T dtype_entry(const T (&table)[N], dtype t, std::type_identity_t<T> other) noexcept {
+  static_assert(N == dtype_count, "one entry per dtype");
+  return entry_for(table, t, other);
 }
 
 }  // namespace cotensor::detail

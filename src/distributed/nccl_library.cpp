@@ -5,6 +5,7 @@
 
 #include "cotensor/error.hpp"
 
+#include "core/visit_dtype.hpp"
 #include "cuda/library.hpp"
 #include "support/error_category.hpp"
 
@@ -91,23 +92,9 @@ void check(ncclResult_t rc, const char* call) {
 }
 
 ncclDataType_t nccl_type(dtype t) noexcept {
-  switch (t) {
-  case dtype::boolean:
-    return ncclUint8;
-  case dtype::int32:
-    return ncclInt32;
-  case dtype::int64:
-    return ncclInt64;
-  case dtype::float16:
-    return ncclFloat16;
-  case dtype::bfloat16:
-    return ncclBfloat16;
-  case dtype::float64:
-    return ncclFloat64;
-  case dtype::float32:
-    break;
-  }
-  return ncclFloat32;
+  static constexpr ncclDataType_t types[] = {ncclUint8,    ncclInt32,   ncclInt64,  ncclFloat16,
+                                             ncclBfloat16, ncclFloat32, ncclFloat64};
+  return ::cotensor::detail::dtype_entry(types, t, ncclFloat32);
 }
 
 ncclRedOp_t nccl_op(reduce_op op, dtype t) noexcept {

@@ -1,6 +1,7 @@
 // The MPI types and reduction ops of cotensor's dtypes (float16 and bfloat16 reduced by ops of
 // our own), and the average after a sum. See comm_state.hpp.
 
+#include "core/visit_dtype.hpp"
 #include "distributed/comm_state.hpp"
 
 #include <array>
@@ -13,22 +14,10 @@ namespace cotensor::dist::detail {
 // The MPI type that carries `t`'s elements. float16 and bfloat16 travel as MPI_UINT16_T (MPI
 // has no 2-byte float) and are reduced by ops of our own (half_op); bool as MPI_UINT8_T.
 MPI_Datatype mpi_type(dtype t) noexcept {
-  switch (t) {
-  case dtype::boolean:
-    return MPI_UINT8_T;
-  case dtype::int32:
-    return MPI_INT32_T;
-  case dtype::int64:
-    return MPI_INT64_T;
-  case dtype::float16:
-  case dtype::bfloat16:
-    return MPI_UINT16_T;
-  case dtype::float64:
-    return MPI_DOUBLE;
-  case dtype::float32:
-    break;
-  }
-  return MPI_FLOAT;
+  // Not constexpr: MPI_Datatype may be a pointer to a library object (Open MPI).
+  static const MPI_Datatype types[] = {MPI_UINT8_T,  MPI_INT32_T, MPI_INT64_T, MPI_UINT16_T,
+                                       MPI_UINT16_T, MPI_FLOAT,   MPI_DOUBLE};
+  return ::cotensor::detail::dtype_entry(types, t, MPI_FLOAT);
 }
 
 namespace {

@@ -5,9 +5,12 @@
 #include "cotensor/error.hpp"
 
 #include "distributed/comm_state.hpp"
+#include "support/enum_table.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -16,25 +19,10 @@
 namespace cotensor::dist::detail {
 
 const char* kind_name(op_kind k) noexcept {
-  switch (k) {
-  case op_kind::all_reduce:
-    return "all_reduce";
-  case op_kind::broadcast:
-    return "broadcast";
-  case op_kind::all_gather:
-    return "all_gather";
-  case op_kind::reduce_scatter:
-    return "reduce_scatter";
-  case op_kind::send:
-    return "send";
-  case op_kind::recv:
-    return "recv";
-  case op_kind::split:
-    return "split";
-  case op_kind::setup:
-    return "gpu_setup";
-  }
-  return "?";
+  static constexpr const char* names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
+                                          "send",       "recv",      "split",      "gpu_setup"};
+  static_assert(std::size(names) == static_cast<std::size_t>(op_kind::setup) + 1);
+  return ::cotensor::detail::entry_for(names, k, "?");
 }
 
 request::~request() {

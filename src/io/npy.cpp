@@ -23,7 +23,8 @@ struct descr_code {
   std::string_view descr;
   dtype type;
 };
-// '=' is native order and '|' "not applicable"; on this little-endian host both mean '<'.
+// '=' is native order and '|' "not applicable"; on this little-endian host both mean '<'. The
+// first spelling of each dtype is the one save_npy writes.
 constexpr std::array<descr_code, 19> descr_codes = {{
     {"|b1", dtype::boolean},        {"<b1", dtype::boolean},       {"=b1", dtype::boolean},
     {"<i4", dtype::int32},          {"=i4", dtype::int32},         {"<i8", dtype::int64},
@@ -34,24 +35,11 @@ constexpr std::array<descr_code, 19> descr_codes = {{
     {"|bfloat16", dtype::bfloat16},
 }};
 
+// What save_npy writes for `t`: the first of its spellings in descr_codes.
 std::string_view descr_of(dtype t) {
-  switch (t) {
-  case dtype::boolean:
-    return "|b1";
-  case dtype::int32:
-    return "<i4";
-  case dtype::int64:
-    return "<i8";
-  case dtype::float16:
-    return "<f2";
-  case dtype::bfloat16:
-    return "bfloat16";
-  case dtype::float32:
-    return "<f4";
-  case dtype::float64:
-    return "<f8";
-  }
-  return "?";
+  const auto* code = std::find_if(descr_codes.begin(), descr_codes.end(),
+                                  [t](const descr_code& c) { return c.type == t; });
+  return code != descr_codes.end() ? code->descr : "?";
 }
 
 // The header: a Python dict literal with 'descr', 'fortran_order' and 'shape', as

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <type_traits>
 
 namespace cotensor::serving::protocol {
 namespace {
@@ -28,6 +30,18 @@ constexpr datatype_names names[] = {
     {dtype::bfloat16, "BF16", "TYPE_BF16"}, {dtype::float32, "FP32", "TYPE_FP32"},
     {dtype::float64, "FP64", "TYPE_FP64"},
 };
+
+// The `To` of the entry of `names` whose `From` is `key`, if there is one.
+template <auto From, auto To, class Key>
+auto translate(const Key& key) noexcept
+    -> std::optional<std::remove_cvref_t<decltype(names[0].*To)>> {
+  for (const auto& n : names) {
+    if (n.*From == key) {
+      return n.*To;
+    }
+  }
+  return std::nullopt;
+}
 
 // The product of `shape`'s extents, or empty past `limit` (or for a negative extent).
 std::optional<std::uint64_t> element_count(const std::vector<std::int64_t>& shape,
@@ -130,39 +144,19 @@ std::variant<decoded_request, request_error> bad(std::string message) {
 }  // namespace
 
 std::string_view datatype_name(dtype t) noexcept {
-  for (const auto& n : names) {
-    if (n.type == t) {
-      return n.v2;
-    }
-  }
-  return "UNKNOWN";
+  return translate<&datatype_names::type, &datatype_names::v2>(t).value_or("UNKNOWN");
 }
 
 std::optional<dtype> parse_datatype(std::string_view name) noexcept {
-  for (const auto& n : names) {
-    if (n.v2 == name) {
-      return n.type;
-    }
-  }
-  return std::nullopt;
+  return translate<&datatype_names::v2, &datatype_names::type>(name);
 }
 
 std::string_view config_type_name(dtype t) noexcept {
-  for (const auto& n : names) {
-    if (n.type == t) {
-      return n.config;
-    }
-  }
-  return "TYPE_INVALID";
+  return translate<&datatype_names::type, &datatype_names::config>(t).value_or("TYPE_INVALID");
 }
 
 std::optional<dtype> parse_config_type(std::string_view name) noexcept {
-  for (const auto& n : names) {
-    if (n.config == name) {
-      return n.type;
-    }
-  }
-  return std::nullopt;
+  return translate<&datatype_names::config, &datatype_names::type>(name);
 }
 
 std::string shape_text(const std::vector<std::int64_t>& s) {
