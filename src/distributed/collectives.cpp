@@ -140,6 +140,27 @@ make_request(const communicator& c, op_kind kind, int count, const tensor& t) {
   return r;
 }
 
+// The request of a send or a recv of `t` with rank `peer`, after checking its arguments (`role`
+// names `peer` in the message: "dest" or "source").
+std::unique_ptr<request> point_to_point(const char* what,
+                                        op_kind kind,
+                                        const char* role,
+                                        const tensor& t,
+                                        int peer,
+                                        int tag,
+                                        const communicator& c) {
+  check_tensor(what, t, false);
+  check_rank(what, role, peer, c);
+  if (tag < 0) {
+    cotensor::detail::throw_invalid(what, "negative tag " + std::to_string(tag));
+  }
+  auto r = make_request(c, kind, static_cast<int>(t.numel()), t);
+  r->peer = peer;
+  r->tag = tag;
+  r->keep.push_back(t);
+  return r;
+}
+
 }  // namespace
 
 #if COTENSOR_HAVE_NCCL
@@ -158,38 +179,40 @@ void issue_on_gpu(const gpu_collective& g) {
 }  // namespace detail
 #endif
 
+namespace {
+
+// all_reduce and broadcast, their arguments checked: in place on `t`, through NCCL when it is on
+// a GPU, else by the communication thread.
+void in_place(
+    const char* what, op_kind kind, reduce_op op, int root, tensor& t, const communicator& c) {
+#if COTENSOR_HAVE_NCCL
+  if (on_gpu(t)) {
+    detail::issue_on_gpu(
+        {c, what, kind, op, root, nullptr, t, static_cast<std::size_t>(t.numel())});
+    return;
+  }
+#endif
+  auto r = make_request(c, kind, static_cast<int>(t.numel()), t);
+  r->op = op;
+  r->peer = root;
+  r->keep.push_back(t);
+  issue(what, nullptr, &t, handoff(c.state(), std::move(r)));
+}
+
+}  // namespace
+
 void all_reduce(tensor& t, reduce_op op, const communicator& c) {
   const char* what = "dist::all_reduce";
   check_tensor(what, t);
   check_reduce(what, t, op);
-#if COTENSOR_HAVE_NCCL
-  if (on_gpu(t)) {
-    detail::issue_on_gpu(
-        {c, what, op_kind::all_reduce, op, 0, nullptr, t, static_cast<std::size_t>(t.numel())});
-    return;
-  }
-#endif
-  auto r = make_request(c, op_kind::all_reduce, static_cast<int>(t.numel()), t);
-  r->op = op;
-  r->keep.push_back(t);
-  issue(what, nullptr, &t, handoff(c.state(), std::move(r)));
+  in_place(what, op_kind::all_reduce, op, 0, t, c);
 }
 
 void broadcast(tensor& t, int root, const communicator& c) {
   const char* what = "dist::broadcast";
   check_tensor(what, t);
   check_rank(what, "root", root, c);
-#if COTENSOR_HAVE_NCCL
-  if (on_gpu(t)) {
-    detail::issue_on_gpu({c, what, op_kind::broadcast, reduce_op::sum, root, nullptr, t,
-                          static_cast<std::size_t>(t.numel())});
-    return;
-  }
-#endif
-  auto r = make_request(c, op_kind::broadcast, static_cast<int>(t.numel()), t);
-  r->peer = root;
-  r->keep.push_back(t);
-  issue(what, nullptr, &t, handoff(c.state(), std::move(r)));
+  in_place(what, op_kind::broadcast, reduce_op::sum, root, t, c);
 }
 
 tensor all_gather(const tensor& t, const communicator& c) {
@@ -245,29 +268,13 @@ tensor reduce_scatter(const tensor& t, reduce_op op, const communicator& c) {
 
 void send(const tensor& t, int dest, int tag, const communicator& c) {
   const char* what = "dist::send";
-  check_tensor(what, t, false);
-  check_rank(what, "dest", dest, c);
-  if (tag < 0) {
-    cotensor::detail::throw_invalid(what, "negative tag " + std::to_string(tag));
-  }
-  auto r = make_request(c, op_kind::send, static_cast<int>(t.numel()), t);
-  r->peer = dest;
-  r->tag = tag;
-  r->keep.push_back(t);
+  auto r = point_to_point(what, op_kind::send, "dest", t, dest, tag, c);
   issue(what, &t, nullptr, handoff(c.state(), std::move(r)));
 }
 
 void recv(tensor& t, int source, int tag, const communicator& c) {
   const char* what = "dist::recv";
-  check_tensor(what, t, false);
-  check_rank(what, "source", source, c);
-  if (tag < 0) {
-    cotensor::detail::throw_invalid(what, "negative tag " + std::to_string(tag));
-  }
-  auto r = make_request(c, op_kind::recv, static_cast<int>(t.numel()), t);
-  r->peer = source;
-  r->tag = tag;
-  r->keep.push_back(t);
+  auto r = point_to_point(what, op_kind::recv, "source", t, source, tag, c);
   issue(what, nullptr, &t, handoff(c.state(), std::move(r)));
 }
 
