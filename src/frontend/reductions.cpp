@@ -177,29 +177,21 @@ tensor layer_norm(const tensor& x, const tensor& weight, const tensor& bias, dou
   return {detail::internal, std::move(out), x.shape()};
 }
 
-tensor sum(const tensor& x) { return reduce_all("sum", reduce_op::sum, x, false); }
-tensor sum(const tensor& x, int axis, bool keepdims) {
-  return reduce_axis("sum", reduce_op::sum, x, axis, keepdims, false);
-}
-tensor mean(const tensor& x) { return reduce_all("mean", reduce_op::sum, x, true); }
-tensor mean(const tensor& x, int axis, bool keepdims) {
-  return reduce_axis("mean", reduce_op::sum, x, axis, keepdims, true);
-}
-tensor max(const tensor& x) { return reduce_all("max", reduce_op::max, x, false); }
-tensor max(const tensor& x, int axis, bool keepdims) {
-  return reduce_axis("max", reduce_op::max, x, axis, keepdims, false);
-}
-tensor min(const tensor& x) { return reduce_all("min", reduce_op::min, x, false); }
-tensor min(const tensor& x, int axis, bool keepdims) {
-  return reduce_axis("min", reduce_op::min, x, axis, keepdims, false);
-}
-tensor argmax(const tensor& x) { return reduce_all("argmax", reduce_op::argmax, x, false); }
-tensor argmax(const tensor& x, int axis, bool keepdims) {
-  return reduce_axis("argmax", reduce_op::argmax, x, axis, keepdims, false);
-}
-tensor argmin(const tensor& x) { return reduce_all("argmin", reduce_op::argmin, x, false); }
-tensor argmin(const tensor& x, int axis, bool keepdims) {
-  return reduce_axis("argmin", reduce_op::argmin, x, axis, keepdims, false);
-}
+// A reduction of ops.hpp, both overloads: over all elements, and along `axis`. `divide`: the
+// sum divided by the count (mean).
+#define COTENSOR_REDUCTION(fn, op, divide)                                                         \
+  tensor fn(const tensor& x) { return reduce_all(#fn, reduce_op::op, x, divide); }                 \
+  tensor fn(const tensor& x, int axis, bool keepdims) {                                            \
+    return reduce_axis(#fn, reduce_op::op, x, axis, keepdims, divide);                             \
+  }
+
+COTENSOR_REDUCTION(sum, sum, false)
+COTENSOR_REDUCTION(mean, sum, true)
+COTENSOR_REDUCTION(max, max, false)
+COTENSOR_REDUCTION(min, min, false)
+COTENSOR_REDUCTION(argmax, argmax, false)
+COTENSOR_REDUCTION(argmin, argmin, false)
+
+#undef COTENSOR_REDUCTION
 
 }  // namespace cotensor
