@@ -33,9 +33,9 @@ bool cpu_has_half8() noexcept {
 namespace {
 
 #if COTENSOR_HAVE_HALF8
+// Both directions convert eight lanes at a time and return how many elements they did.
 template <class H>
-COTENSOR_HALF8_TARGET std::int64_t
-to_float_half8(const H* in, float* out, std::int64_t n) noexcept {
+COTENSOR_HALF8_TARGET std::int64_t half8_span(const H* in, float* out, std::int64_t n) noexcept {
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     _mm256_storeu_ps(out + i, load_half8(in + i));
@@ -44,8 +44,7 @@ to_float_half8(const H* in, float* out, std::int64_t n) noexcept {
 }
 
 template <class H>
-COTENSOR_HALF8_TARGET std::int64_t
-from_float_half8(const float* in, H* out, std::int64_t n) noexcept {
+COTENSOR_HALF8_TARGET std::int64_t half8_span(const float* in, H* out, std::int64_t n) noexcept {
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     store_half8(out + i, _mm256_loadu_ps(in + i));
@@ -54,74 +53,44 @@ from_float_half8(const float* in, H* out, std::int64_t n) noexcept {
 }
 #endif
 
-COTENSOR_VECTOR_CLONES void
-half_to_float_soft(const float16_t* in, float* out, std::int64_t n) noexcept {
+// out[i] = Out(in[i]) by the software conversions of dtype.hpp (float16_t's and bfloat16_t's
+// own), cloned per vector width.
+template <class In, class Out>
+COTENSOR_VECTOR_CLONES void soft_span(const In* in, Out* out, std::int64_t n) noexcept {
   for (std::int64_t i = 0; i < n; ++i) {
-    out[i] = float_from_half_bits(in[i].bits);
+    out[i] = static_cast<Out>(in[i]);
   }
 }
 
-COTENSOR_VECTOR_CLONES void
-float_to_half_soft(const float* in, float16_t* out, std::int64_t n) noexcept {
-  for (std::int64_t i = 0; i < n; ++i) {
-    out[i].bits = half_bits_from_float(in[i]);
+// `in` converted into `out`: by half8_span where the CPU has AVX2 and F16C, the rest (all of it
+// elsewhere) by soft_span.
+template <class In, class Out>
+void convert_span(const In* in, Out* out, std::int64_t n) noexcept {
+  std::int64_t done = 0;
+#if COTENSOR_HAVE_HALF8
+  if (cpu_has_half8()) {
+    done = half8_span(in, out, n);
   }
-}
-
-COTENSOR_VECTOR_CLONES void
-bfloat16_to_float_soft(const bfloat16_t* in, float* out, std::int64_t n) noexcept {
-  for (std::int64_t i = 0; i < n; ++i) {
-    out[i] = float_from_bfloat16_bits(in[i].bits);
-  }
-}
-
-COTENSOR_VECTOR_CLONES void
-float_to_bfloat16_soft(const float* in, bfloat16_t* out, std::int64_t n) noexcept {
-  for (std::int64_t i = 0; i < n; ++i) {
-    out[i].bits = bfloat16_bits_from_float(in[i]);
-  }
+#endif
+  soft_span(in + done, out + done, n - done);
 }
 
 }  // namespace
 
 void to_float_span(const float16_t* in, float* out, std::int64_t n) noexcept {
-  std::int64_t done = 0;
-#if COTENSOR_HAVE_HALF8
-  if (cpu_has_half8()) {
-    done = to_float_half8(in, out, n);
-  }
-#endif
-  half_to_float_soft(in + done, out + done, n - done);
+  convert_span(in, out, n);
 }
 
 void from_float_span(const float* in, float16_t* out, std::int64_t n) noexcept {
-  std::int64_t done = 0;
-#if COTENSOR_HAVE_HALF8
-  if (cpu_has_half8()) {
-    done = from_float_half8(in, out, n);
-  }
-#endif
-  float_to_half_soft(in + done, out + done, n - done);
+  convert_span(in, out, n);
 }
 
 void to_float_span(const bfloat16_t* in, float* out, std::int64_t n) noexcept {
-  std::int64_t done = 0;
-#if COTENSOR_HAVE_HALF8
-  if (cpu_has_half8()) {
-    done = to_float_half8(in, out, n);
-  }
-#endif
-  bfloat16_to_float_soft(in + done, out + done, n - done);
+  convert_span(in, out, n);
 }
 
 void from_float_span(const float* in, bfloat16_t* out, std::int64_t n) noexcept {
-  std::int64_t done = 0;
-#if COTENSOR_HAVE_HALF8
-  if (cpu_has_half8()) {
-    done = from_float_half8(in, out, n);
-  }
-#endif
-  float_to_bfloat16_soft(in + done, out + done, n - done);
+  convert_span(in, out, n);
 }
 
 }  // namespace cotensor::detail::cpu
