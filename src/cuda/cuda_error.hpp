@@ -49,25 +49,22 @@ extern thread_local const char* launching_op;
 
 /// Evaluates a CUDA runtime call; throws (see throw_cuda_error) if it failed.
 #define COTENSOR_CUDA_CHECK(expr)                                                                  \
-  do {                                                                                             \
-    if (const cudaError_t cotensor_rc_ = ::cotensor::detail::cuda::counted(expr);                  \
-        cotensor_rc_ != cudaSuccess) {                                                             \
-      ::cotensor::detail::cuda::throw_cuda_error(cotensor_rc_, #expr, __FILE__, __LINE__);         \
-    }                                                                                              \
-  } while (false)
+  COTENSOR_CUDA_ON_FAILURE(cudaError_t, cudaSuccess, throw_cuda_error,                             \
+                           ::cotensor::detail::cuda::counted(expr), #expr)
 
 /// Evaluates a cuBLAS call; throws std::system_error in `cublas_category()` if it failed.
 #define COTENSOR_CUBLAS_CHECK(expr)                                                                \
-  do {                                                                                             \
-    if (const cublasStatus_t cotensor_rc_ = (expr); cotensor_rc_ != CUBLAS_STATUS_SUCCESS) {       \
-      ::cotensor::detail::cuda::throw_cublas_error(cotensor_rc_, #expr, __FILE__, __LINE__);       \
-    }                                                                                              \
-  } while (false)
+  COTENSOR_CUDA_ON_FAILURE(cublasStatus_t, CUBLAS_STATUS_SUCCESS, throw_cublas_error, (expr), #expr)
 
 /// Evaluates a CUDA runtime call; logs a failure and goes on. For destructors and shutdown.
 #define COTENSOR_CUDA_LOG(expr)                                                                    \
+  COTENSOR_CUDA_ON_FAILURE(cudaError_t, cudaSuccess, log_cuda_error, (expr), #expr)
+
+// The three above: `value`, a `Status`, unless it is `ok` goes to the function `handler` of
+// this namespace with the call's text, file and line.
+#define COTENSOR_CUDA_ON_FAILURE(Status, ok, handler, value, text)                                 \
   do {                                                                                             \
-    if (const cudaError_t cotensor_rc_ = (expr); cotensor_rc_ != cudaSuccess) {                    \
-      ::cotensor::detail::cuda::log_cuda_error(cotensor_rc_, #expr, __FILE__, __LINE__);           \
+    if (const Status cotensor_rc_ = value; cotensor_rc_ != ok) {                                   \
+      ::cotensor::detail::cuda::handler(cotensor_rc_, text, __FILE__, __LINE__);                   \
     }                                                                                              \
   } while (false)

@@ -62,32 +62,38 @@ struct staged {
 // Hands `s` to the launch: run by the poller when the copy's event completes.
 void keep_until_done(launch& l, staged* s) noexcept { l.after = {&staged::finish, s}; }
 
-void copy_from_host(const void* host, void* out, std::size_t bytes) {
+// Starts a staged copy of `bytes` on this thread's launch: a block of the device's staging pool,
+// freed by the launch once the copy has landed (a download's bytes then go to `host_out`, null
+// for an upload), and the launch's stream set to the device's upload or download stream,
+// ordered after the compute stream (the device memory came from there, cudaMallocAsync, and was
+// written there). Null for an empty copy.
+staged* start_staged(std::size_t bytes, void* host_out) {
   launch& l = launch_here();
   if (bytes == 0) {
-    return;
+    return nullptr;
   }
   device_context& d = *l.device;
-  auto* s = new staged{&d, d.staging().acquire(bytes), nullptr, bytes};
+  auto* s = new staged{&d, d.staging().acquire(bytes), host_out, bytes};
   keep_until_done(l, s);  // from here on, freed by the launch whatever happens
-  std::memcpy(s->block.data, host, bytes);
-  // The destination's memory came from the compute stream (cudaMallocAsync): order after it.
-  d.order_after_compute(d.upload());
-  l.stream = d.upload();
-  COTENSOR_CUDA_CHECK(cudaMemcpyAsync(out, s->block.data, bytes, cudaMemcpyHostToDevice, l.stream));
+  const cudaStream_t stream = host_out == nullptr ? d.upload() : d.download();
+  d.order_after_compute(stream);
+  l.stream = stream;
+  return s;
+}
+
+void copy_from_host(const void* host, void* out, std::size_t bytes) {
+  if (staged* s = start_staged(bytes, nullptr)) {
+    std::memcpy(s->block.data, host, bytes);
+    COTENSOR_CUDA_CHECK(
+        cudaMemcpyAsync(out, s->block.data, bytes, cudaMemcpyHostToDevice, launch_stream()));
+  }
 }
 
 void copy_to_host(const void* in, void* host, std::size_t bytes) {
-  launch& l = launch_here();
-  if (bytes == 0) {
-    return;
+  if (staged* s = start_staged(bytes, host)) {
+    COTENSOR_CUDA_CHECK(
+        cudaMemcpyAsync(s->block.data, in, bytes, cudaMemcpyDeviceToHost, launch_stream()));
   }
-  device_context& d = *l.device;
-  auto* s = new staged{&d, d.staging().acquire(bytes), host, bytes};
-  keep_until_done(l, s);
-  d.order_after_compute(d.download());  // after the writes to `in` on the compute stream
-  l.stream = d.download();
-  COTENSOR_CUDA_CHECK(cudaMemcpyAsync(s->block.data, in, bytes, cudaMemcpyDeviceToHost, l.stream));
 }
 
 // The output's extents and each operand's strides in its index space (0 where broadcast).
