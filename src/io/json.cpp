@@ -46,6 +46,29 @@ private:
     pos_ += w.size();
   }
 
+  // The elements of an object or an array, from its opening bracket to `close`: `element`
+  // parses one, from its first character; the spaces and commas around them are read here.
+  template <class F>
+  void parse_elements(char close, F&& element) {
+    ++pos_;
+    skip_space();
+    if (peek() == close) {
+      ++pos_;
+      return;
+    }
+    for (;;) {
+      skip_space();
+      element();
+      skip_space();
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      expect(close);
+      return;
+    }
+  }
+
   value parse_value(int depth) {
     if (depth > max_depth) {
       fail("nested deeper than 64");
@@ -54,14 +77,7 @@ private:
     switch (peek()) {
     case '{':
       v.type = value::kind::object;
-      ++pos_;
-      skip_space();
-      if (peek() == '}') {
-        ++pos_;
-        return v;
-      }
-      for (;;) {
-        skip_space();
+      parse_elements('}', [&] {
         if (peek() != '"') {
           fail("expected a member name");
         }
@@ -70,33 +86,12 @@ private:
         expect(':');
         skip_space();
         v.members.push_back(value::member{std::move(key), parse_value(depth + 1)});
-        skip_space();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        expect('}');
-        return v;
-      }
+      });
+      return v;
     case '[':
       v.type = value::kind::array;
-      ++pos_;
-      skip_space();
-      if (peek() == ']') {
-        ++pos_;
-        return v;
-      }
-      for (;;) {
-        skip_space();
-        v.items.push_back(parse_value(depth + 1));
-        skip_space();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        expect(']');
-        return v;
-      }
+      parse_elements(']', [&] { v.items.push_back(parse_value(depth + 1)); });
+      return v;
     case '"':
       v.type = value::kind::string;
       v.text = parse_string();
