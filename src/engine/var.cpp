@@ -64,48 +64,44 @@ void var::grant_front(grants& g) {
   }
 }
 
-void var::read(pending_access* entry) {
+template <bool Write>
+bool var::start_now() noexcept {
+  if (!(Write ? may_write() : may_read())) {
+    return false;
+  }
+  if constexpr (Write) {
+    writing_ = true;
+  } else {
+    ++readers_;
+  }
+  return true;
+}
+
+template <bool Write>
+void var::start_or_enqueue(pending_access* entry) {
   {
     std::lock_guard lock(mutex_);
-    if (!may_read()) {
-      entry->is_write = false;
+    if (!start_now<Write>()) {
+      entry->is_write = Write;
       enqueue(entry);
       return;
     }
-    ++readers_;
   }
   entry->op->dependency_met();
 }
 
-void var::write(pending_access* entry) {
-  {
-    std::lock_guard lock(mutex_);
-    if (!may_write()) {
-      entry->is_write = true;
-      enqueue(entry);
-      return;
-    }
-    writing_ = true;
-  }
-  entry->op->dependency_met();
-}
+void var::read(pending_access* entry) { start_or_enqueue<false>(entry); }
+
+void var::write(pending_access* entry) { start_or_enqueue<true>(entry); }
 
 bool var::try_read() noexcept {
   std::lock_guard lock(mutex_);
-  if (!may_read()) {
-    return false;
-  }
-  ++readers_;
-  return true;
+  return start_now<false>();
 }
 
 bool var::try_write() noexcept {
   std::lock_guard lock(mutex_);
-  if (!may_write()) {
-    return false;
-  }
-  writing_ = true;
-  return true;
+  return start_now<true>();
 }
 
 void var::wait_read(waiter& w) {

@@ -60,6 +60,12 @@ private:
   // queued (and, for a write, no read running). Lock held.
   bool may_read() const noexcept { return !writing_ && head_ == nullptr; }
   bool may_write() const noexcept { return may_read() && readers_ == 0; }
+  // Starts a read (a write, if `Write`) if one may start now, and says whether it did. Lock held.
+  template <bool Write>
+  bool start_now() noexcept;
+  // read and write: starts the access now, or queues `entry`.
+  template <bool Write>
+  void start_or_enqueue(pending_access* entry);
   // Starts accesses from the front of the FIFO as far as the rules allow; lock held.
   void grant_front(grants& g);
   // After an access ended under `lock`, with accesses queued: starts what the FIFO now allows,
