@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace cotensor {
@@ -30,17 +31,21 @@ std::optional<T> number_from_environment(const char* name) {
   return v ? std::optional<T>(static_cast<T>(*v)) : std::nullopt;
 }
 
-// The engine's options: the runtime's, field by field.
-detail::engine_options engine_options_of(const runtime_options& o) {
-  detail::engine_options e;
-  e.worker_threads = o.worker_threads;
-  e.max_in_flight = o.max_in_flight;
-  e.max_in_flight_bytes = o.max_in_flight_bytes;
-  e.synchronous = o.synchronous;
-  e.inline_small_ops = o.inline_small_ops;
-  e.allow_tf32 = o.allow_tf32;
-  e.wait_spin = o.wait_spin;
-  return e;
+// Copies the field `name` of `from` into `to`: with an engine list (engine/options.hpp), every
+// field of the engine's struct between it and its public twin.
+#define COTENSOR_COPY_FIELD(type, name, init) to.name = from.name;
+
+// Each engine option's public twin has its type and default, so the copy loses nothing.
+#define COTENSOR_CHECK_TWIN(type, name, init)                                                      \
+  static_assert(std::is_same_v<decltype(runtime_options::name), type> &&                           \
+                runtime_options{}.name == init);
+COTENSOR_ENGINE_OPTIONS(COTENSOR_CHECK_TWIN)
+#undef COTENSOR_CHECK_TWIN
+
+detail::engine_options engine_options_of(const runtime_options& from) {
+  detail::engine_options to;
+  COTENSOR_ENGINE_OPTIONS(COTENSOR_COPY_FIELD)
+  return to;
 }
 
 }  // namespace
@@ -126,18 +131,10 @@ runtime& runtime::current() {
 const runtime_options& runtime::options() const noexcept { return options_; }
 
 runtime_stats runtime::stats() const noexcept {
-  const detail::engine_stats e = engine_->stats();
-  runtime_stats s;
-  s.issued = e.issued;
-  s.completed = e.completed;
-  s.in_flight = e.in_flight;
-  s.peak_in_flight = e.peak_in_flight;
-  s.admission_waits = e.admission_waits;
-  s.admission_deferred = e.admission_deferred;
-  s.live_buffers = e.live_buffers;
-  s.live_buffer_bytes = e.live_buffer_bytes;
-  s.live_ops = e.live_ops;
-  return s;
+  const detail::engine_stats from = engine_->stats();
+  runtime_stats to;
+  COTENSOR_ENGINE_STATS(COTENSOR_COPY_FIELD)
+  return to;
 }
 
 unsigned runtime::worker_threads() const noexcept { return engine_->worker_threads(); }
