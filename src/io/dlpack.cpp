@@ -3,9 +3,11 @@
 #include "engine/storage.hpp"
 #include "frontend/frontend.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <dlpack/dlpack.h>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,18 @@ DLDataType dl_type_of(dtype t) {
     return {kDLFloat, bits, 1};
   }
   return {kDLFloat, 32, 1};
+}
+
+// The dtype that dl_type_of gives `ty`'s code and bits, if any.
+std::optional<dtype> dtype_of_dl(const DLDataType& ty) {
+  for (std::size_t i = 0; i < dtype_count; ++i) {
+    const auto t = static_cast<dtype>(i);
+    const DLDataType d = dl_type_of(t);
+    if (d.code == ty.code && d.bits == ty.bits) {
+      return t;
+    }
+  }
+  return std::nullopt;
 }
 
 // What an exported DLManagedTensor owns: the buffer and the arrays its DLTensor points at.
@@ -120,28 +134,15 @@ tensor from_dlpack(DLManagedTensor* m) {
                                          " (device id " + std::to_string(dl.device.device_id) +
                                          ") is not supported: only kDLCPU, kDLCUDAHost, kDLCUDA");
   }
-  dtype t{};
   const DLDataType& ty = dl.dtype;
   if (ty.lanes != 1) {
     detail::throw_invalid(import_op, "vector dtypes are not supported (" + describe(ty) + ")");
   }
-  if (ty.code == dl_bool_code && ty.bits == 8) {
-    t = dtype::boolean;
-  } else if (ty.code == kDLInt && ty.bits == 32) {
-    t = dtype::int32;
-  } else if (ty.code == kDLInt && ty.bits == 64) {
-    t = dtype::int64;
-  } else if (ty.code == kDLFloat && ty.bits == 16) {
-    t = dtype::float16;
-  } else if (ty.code == kDLBfloat && ty.bits == 16) {
-    t = dtype::bfloat16;
-  } else if (ty.code == kDLFloat && ty.bits == 32) {
-    t = dtype::float32;
-  } else if (ty.code == kDLFloat && ty.bits == 64) {
-    t = dtype::float64;
-  } else {
+  const std::optional<dtype> found = dtype_of_dl(ty);
+  if (!found) {
     detail::throw_invalid(import_op, "unsupported dtype (" + describe(ty) + ")");
   }
+  const dtype t = *found;
   if (dl.ndim < 0 || (dl.ndim > 0 && dl.shape == nullptr)) {
     detail::throw_invalid(import_op, "bad rank or null shape");
   }
