@@ -7,8 +7,37 @@
 #include "serving/protocol.hpp"
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace cotensor::serving::detail {
+
+namespace {
+
+// `specs` as a list of objects, the metadata's or the config's: each its name, its dtype (under
+// `type_key`, spelled by `type_name`) and its dims (under `dims_key`, after a -1 for the batch
+// dimension when `batched`).
+json::array spec_objects(const std::vector<tensor_spec>& specs,
+                         std::string_view type_key,
+                         std::string_view (*type_name)(dtype) noexcept,
+                         std::string_view dims_key,
+                         bool batched) {
+  json::array out;
+  for (const auto& s : specs) {
+    json::array dims;
+    if (batched) {
+      dims.emplace_back(-1);
+    }
+    for (const auto e : s.dims) {
+      dims.emplace_back(e);
+    }
+    out.emplace_back(json::object{
+        {"name", s.name}, {type_key, type_name(s.datatype)}, {dims_key, std::move(dims)}});
+  }
+  return out;
+}
+
+}  // namespace
 
 handler::response handler_state::server_metadata(const handler::request& req) const {
   json::object o;
@@ -21,20 +50,7 @@ handler::response handler_state::server_metadata(const handler::request& req) co
 }
 
 json::array handler_state::spec_list(const std::vector<tensor_spec>& specs, bool batched) {
-  json::array out;
-  for (const auto& s : specs) {
-    json::array shape;
-    if (batched) {
-      shape.emplace_back(-1);
-    }
-    for (const auto e : s.dims) {
-      shape.emplace_back(e);
-    }
-    out.emplace_back(json::object{{"name", s.name},
-                                  {"datatype", protocol::datatype_name(s.datatype)},
-                                  {"shape", std::move(shape)}});
-  }
-  return out;
+  return spec_objects(specs, "datatype", protocol::datatype_name, "shape", batched);
 }
 
 handler::response handler_state::model_metadata(const handler::request& req,
@@ -55,17 +71,7 @@ handler::response handler_state::model_metadata(const handler::request& req,
 }
 
 json::array handler_state::config_list(const std::vector<tensor_spec>& specs) {
-  json::array out;
-  for (const auto& s : specs) {
-    json::array dims;
-    for (const auto e : s.dims) {
-      dims.emplace_back(e);
-    }
-    out.emplace_back(json::object{{"name", s.name},
-                                  {"data_type", protocol::config_type_name(s.datatype)},
-                                  {"dims", std::move(dims)}});
-  }
-  return out;
+  return spec_objects(specs, "data_type", protocol::config_type_name, "dims", false);
 }
 
 handler::response handler_state::model_config_json(const handler::request& req,
