@@ -147,23 +147,16 @@ void reduce(const reduce_args& args) {
   visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const auto* p = static_cast<const T*>(args.in);
-    switch (args.op) {
-    case reduce_op::sum:
-      sum_typed<T>(p, outer, extent, inner, scale, static_cast<sum_out_t<T>*>(out));
-      return;
-    case reduce_op::max:
-      extreme_typed<T, true, false>(p, outer, extent, inner, out);
-      return;
-    case reduce_op::min:
-      extreme_typed<T, false, false>(p, outer, extent, inner, out);
-      return;
-    case reduce_op::argmax:
-      extreme_typed<T, true, true>(p, outer, extent, inner, out);
-      return;
-    case reduce_op::argmin:
-      extreme_typed<T, false, true>(p, outer, extent, inner, out);
-      return;
-    }
+    visit_reduce(args.op, [&](auto o) {
+      constexpr reduce_op Op = decltype(o)::value;
+      if constexpr (Op == reduce_op::sum) {
+        sum_typed<T>(p, outer, extent, inner, scale, static_cast<sum_out_t<T>*>(out));
+      } else {
+        constexpr bool largest = Op == reduce_op::max || Op == reduce_op::argmax;
+        constexpr bool index = Op == reduce_op::argmax || Op == reduce_op::argmin;
+        extreme_typed<T, largest, index>(p, outer, extent, inner, out);
+      }
+    });
   });
 }
 

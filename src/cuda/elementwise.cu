@@ -153,36 +153,6 @@ __global__ void unary_kernel(const T* in, T* out, std::int64_t n) {
   }
 }
 
-template <class F>
-void with_unary(unary_op op, F&& f) {
-  using enum unary_op;
-  switch (op) {
-  case neg:
-    return f(std::integral_constant<unary_op, neg>{});
-  case relu:
-    return f(std::integral_constant<unary_op, relu>{});
-  case exp:
-    return f(std::integral_constant<unary_op, exp>{});
-  case log:
-    return f(std::integral_constant<unary_op, log>{});
-  case sqrt:
-    return f(std::integral_constant<unary_op, sqrt>{});
-  case tanh:
-    return f(std::integral_constant<unary_op, tanh>{});
-  case sigmoid:
-    return f(std::integral_constant<unary_op, sigmoid>{});
-  case abs:
-    return f(std::integral_constant<unary_op, abs>{});
-  case logical_not:
-    return f(std::integral_constant<unary_op, logical_not>{});
-  case gelu_erf:
-    return f(std::integral_constant<unary_op, gelu_erf>{});
-  case gelu_tanh:
-    break;
-  }
-  return f(std::integral_constant<unary_op, gelu_tanh>{});
-}
-
 // The unary ops each dtype takes (the frontend casts or refuses the rest): the kernels
 // instantiated.
 template <unary_op Op, class T>
@@ -299,7 +269,7 @@ void unary(const unary_args& args) {
   cudaStream_t stream = launch_stream();
   visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    with_unary(args.op, [&](auto o) {
+    visit_unary(args.op, [&](auto o) {
       constexpr unary_op Op = decltype(o)::value;
       if constexpr (unary_exists<Op, T>) {
         unary_kernel<Op, T><<<blocks_for(n), threads, 0, stream>>>(static_cast<const T*>(args.in),

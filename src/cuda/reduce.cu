@@ -180,28 +180,10 @@ void launch_reduce(const reduce_args& args) {
   visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const auto* p = static_cast<const T*>(args.in);
-    switch (args.op) {
-    case reduce_op::sum:
-      reduce_kernel<reduce_op::sum, T>
+    visit_reduce(args.op, [&](auto o) {
+      reduce_kernel<decltype(o)::value, T>
           <<<blocks, reduce_threads, 0, stream>>>(p, outer, extent, inner, scale, out);
-      break;
-    case reduce_op::max:
-      reduce_kernel<reduce_op::max, T>
-          <<<blocks, reduce_threads, 0, stream>>>(p, outer, extent, inner, scale, out);
-      break;
-    case reduce_op::min:
-      reduce_kernel<reduce_op::min, T>
-          <<<blocks, reduce_threads, 0, stream>>>(p, outer, extent, inner, scale, out);
-      break;
-    case reduce_op::argmax:
-      reduce_kernel<reduce_op::argmax, T>
-          <<<blocks, reduce_threads, 0, stream>>>(p, outer, extent, inner, scale, out);
-      break;
-    case reduce_op::argmin:
-      reduce_kernel<reduce_op::argmin, T>
-          <<<blocks, reduce_threads, 0, stream>>>(p, outer, extent, inner, scale, out);
-      break;
-    }
+    });
   });
   check_launch("reduce_kernel");
 }

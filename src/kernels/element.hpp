@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 namespace cotensor::detail {
 
@@ -163,41 +164,42 @@ inline constexpr bool binary_exists =
                                   Op == binary_op::maximum || Op == binary_op::minimum)) &&
     !(is_int_v<T> && Op == binary_op::div);
 
+/// Calls `f(std::integral_constant<Enum, E>{})` for the runtime `e`, with `E` the one of `First,
+/// Rest...` that equals it (the last for a value that is none of them): the switch from a
+/// runtime op to the kernel compiled for it, written once for every op enum.
+template <class Enum, Enum First, Enum... Rest, class F>
+decltype(auto) visit_enum(Enum e, F&& f) {
+  if constexpr (sizeof...(Rest) == 0) {
+    return f(std::integral_constant<Enum, First>{});
+  } else {
+    if (e == First) {
+      return f(std::integral_constant<Enum, First>{});
+    }
+    return visit_enum<Enum, Rest...>(e, std::forward<F>(f));
+  }
+}
+
 /// Calls `f(std::integral_constant<binary_op, Op>{})` for the runtime `op`.
 template <class F>
 decltype(auto) visit_binary(binary_op op, F&& f) {
   using enum binary_op;
-  switch (op) {
-  case add:
-    return f(std::integral_constant<binary_op, add>{});
-  case sub:
-    return f(std::integral_constant<binary_op, sub>{});
-  case mul:
-    return f(std::integral_constant<binary_op, mul>{});
-  case div:
-    return f(std::integral_constant<binary_op, div>{});
-  case maximum:
-    return f(std::integral_constant<binary_op, maximum>{});
-  case minimum:
-    return f(std::integral_constant<binary_op, minimum>{});
-  case eq:
-    return f(std::integral_constant<binary_op, eq>{});
-  case ne:
-    return f(std::integral_constant<binary_op, ne>{});
-  case lt:
-    return f(std::integral_constant<binary_op, lt>{});
-  case le:
-    return f(std::integral_constant<binary_op, le>{});
-  case gt:
-    return f(std::integral_constant<binary_op, gt>{});
-  case ge:
-    return f(std::integral_constant<binary_op, ge>{});
-  case logical_and:
-    return f(std::integral_constant<binary_op, logical_and>{});
-  case logical_or:
-    break;
-  }
-  return f(std::integral_constant<binary_op, logical_or>{});
+  return visit_enum<binary_op, add, sub, mul, div, maximum, minimum, eq, ne, lt, le, gt, ge,
+                    logical_and, logical_or>(op, std::forward<F>(f));
+}
+
+/// Calls `f(std::integral_constant<unary_op, Op>{})` for the runtime `op`.
+template <class F>
+decltype(auto) visit_unary(unary_op op, F&& f) {
+  using enum unary_op;
+  return visit_enum<unary_op, neg, relu, exp, log, sqrt, tanh, sigmoid, abs, logical_not, gelu_erf,
+                    gelu_tanh>(op, std::forward<F>(f));
+}
+
+/// Calls `f(std::integral_constant<reduce_op, Op>{})` for the runtime `op`.
+template <class F>
+decltype(auto) visit_reduce(reduce_op op, F&& f) {
+  using enum reduce_op;
+  return visit_enum<reduce_op, sum, max, min, argmax, argmin>(op, std::forward<F>(f));
 }
 
 /// A scalar operand as compute type `C`.
