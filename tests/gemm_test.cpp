@@ -105,10 +105,11 @@ struct gemm_case {
   std::int64_t n;
 };
 
-// Shapes across the kernel's edges: one row, a panel of 12 rows and one more, k odd and k = 1,
-// columns across a 32-column panel and a 512-column tile, and k past a block of 512.
+// Shapes across the kernels' edges: products small enough to run unpacked (m · n · k <= 8192);
+// one row, a panel of 6 rows and more, k odd, columns across a 64-column panel (and 16-column
+// vectors) and a 512-column tile, k past a block of 256 steps.
 const std::vector<gemm_case> gemm_shapes{
-    {1, 1, 1},      {1, 7, 5},      {12, 2, 32},    {13, 3, 33},  {25, 64, 17},
+    {1, 1, 1},      {3, 7, 5},      {1, 300, 70},   {13, 31, 33},  {12, 64, 17},  {25, 64, 100},
     {96, 128, 512}, {97, 129, 513}, {40, 1030, 70}, {5, 2049, 3}, {130, 515, 600},
 };
 

@@ -17,11 +17,11 @@
 #include "cpu/gemm_scratch.hpp"
 #include "cpu/kernels.hpp"
 #include "support/environment.hpp"
+#include "support/host_allocator.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -141,6 +141,9 @@ constexpr std::int64_t nr = 64;       // columns of the register tile (four zmm)
 constexpr std::int64_t mc = 16 * mr;  // rows of a worker's tile
 constexpr std::int64_t nc = 8 * nr;   // columns of a worker's tile
 constexpr std::int64_t kc = 256;      // steps along k in a block
+// m · n · k up to which a GEMM runs on the calling thread, unpacked (as the MLP steps of the
+// tests and benchmarks: [8, 16] · [16, 32]).
+constexpr std::int64_t small_product = 8192;
 
 // float32: a step is one k.
 struct f32_steps {
@@ -149,6 +152,7 @@ struct f32_steps {
   static std::int64_t steps(std::int64_t k) { return k; }
   static bool a_in_place(std::int64_t /*k*/) { return true; }
   static word a_word(const element* row, std::int64_t p, std::int64_t /*k*/) { return row[p]; }
+  static float to_float(element e) { return e; }
 
   // out[j] = b[p][col0 + j] for j < cols, 0 past them.
   COTENSOR_AVX512_TARGET static void pack_b_row(const element* b,
@@ -187,6 +191,7 @@ struct bf16_steps {
   using word = std::uint32_t;
   static std::int64_t steps(std::int64_t k) { return (k + 1) / 2; }
   static bool a_in_place(std::int64_t k) { return k % 2 == 0; }
+  static float to_float(element e) { return float_from_bfloat16_bits(e); }
   // (row[2p], row[2p+1]), zero past k.
   static word a_word(const element* row, std::int64_t p, std::int64_t k) {
     const word lo = row[2 * p];
@@ -328,25 +333,73 @@ COTENSOR_AVX512_TARGET void micro_tile_columns(std::int64_t columns,
 
 // A worker's float32 partial sums of one tile (at most 96 x 512), kept for its next tile: a
 // block of that size from the allocator each time would be fresh pages to fault in, with the
-// other workers faulting in theirs at the same time.
+// other workers faulting in theirs at the same time. From the pooled host allocator, as all of
+// an op's memory (never the global heap); freed when the thread ends.
 float* partial_sums(std::int64_t count) {
-  struct buffer {
-    std::unique_ptr<float[]> p;
-    std::int64_t capacity = 0;
+  class buffer {
+  public:
+    buffer() = default;
+    buffer(const buffer&) = delete;
+    buffer& operator=(const buffer&) = delete;
+    ~buffer() { release(); }
+    float* reserve(std::int64_t count) {
+      if (capacity_ < count) {
+        release();
+        p_ = static_cast<float*>(
+            allocate_bytes(static_cast<std::size_t>(count) * sizeof(float), 64));
+        capacity_ = count;
+      }
+      return p_;
+    }
+
+  private:
+    void release() noexcept {
+      if (p_ != nullptr) {
+        free_bytes(p_, static_cast<std::size_t>(capacity_) * sizeof(float), 64);
+        p_ = nullptr;
+        capacity_ = 0;
+      }
+    }
+    float* p_ = nullptr;
+    std::int64_t capacity_ = 0;
   };
   thread_local buffer b;
-  if (b.capacity < count) {
-    b.p = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(count));
-    b.capacity = count;
-  }
-  return b.p.get();
+  return b.reserve(count);
 }
 
-// How far the packing of one column tile of B has come: panels claimed by a worker, and packed.
+// How far the packing of one column tile of B has come: panels claimed by a worker, and packed
+// (two counters a column tile, in GEMM scratch, used through std::atomic_ref).
 struct column_packing {
-  std::atomic<std::int64_t> claimed{0};
-  std::atomic<std::int64_t> packed{0};
+  std::int64_t claimed;
+  std::int64_t packed;
 };
+
+// c = a · b on the calling thread, float32 sums in k order, for products too small to share
+// (no scratch, no packing).
+template <class Steps>
+void small_gemm(const typename Steps::element* a,
+                const typename Steps::element* b,
+                typename Steps::element* c,
+                std::int64_t m,
+                std::int64_t k,
+                std::int64_t n) {
+  constexpr std::int64_t block = 256;
+  float sums[block];
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j0 = 0; j0 < n; j0 += block) {
+      const std::int64_t cols = std::min(block, n - j0);
+      std::fill(sums, sums + cols, 0.0F);
+      for (std::int64_t p = 0; p < k; ++p) {
+        const float x = Steps::to_float(a[i * k + p]);
+        const typename Steps::element* row = b + p * n + j0;
+        for (std::int64_t j = 0; j < cols; ++j) {
+          sums[j] += x * Steps::to_float(row[j]);
+        }
+      }
+      Steps::store_row(sums, c + i * n + j0, cols);
+    }
+  }
+}
 
 template <class Steps>
 void gemm(const typename Steps::element* a,
@@ -356,6 +409,10 @@ void gemm(const typename Steps::element* a,
           std::int64_t k,
           std::int64_t n) {
   using word = typename Steps::word;
+  if (m * n * k <= small_product) {
+    small_gemm<Steps>(a, b, c, m, k, n);
+    return;
+  }
   const std::int64_t steps = Steps::steps(k);
   const std::int64_t a_panels = (m + mr - 1) / mr;
   const std::int64_t b_panels = (n + nr - 1) / nr;
@@ -396,25 +453,26 @@ void gemm(const typename Steps::element* a,
   const std::int64_t row_tiles = (m + mc - 1) / mc;
   const std::int64_t col_tiles = (n + nc - 1) / nc;
   const gemm_scratch<word> packed_b(b_panels * steps * nr);
-  const std::unique_ptr<column_packing[]> packing(new column_packing[col_tiles]);
+  const gemm_scratch<column_packing> packing(col_tiles);
+  std::fill(packing.get(), packing.get() + col_tiles, column_packing{0, 0});
   const auto pack_columns = [&](std::int64_t tile) {
-    column_packing& state = packing[tile];
+    const std::atomic_ref claimed(packing.get()[tile].claimed);
+    const std::atomic_ref packed(packing.get()[tile].packed);
     const std::int64_t first = tile * (nc / nr);
     const std::int64_t panels = std::min(nc / nr, b_panels - first);
-    if (state.packed.load(std::memory_order_acquire) == panels) {
+    if (packed.load(std::memory_order_acquire) == panels) {
       return;
     }
-    for (std::int64_t i = 0;
-         (i = state.claimed.fetch_add(1, std::memory_order_relaxed)) < panels;) {
+    for (std::int64_t i = 0; (i = claimed.fetch_add(1, std::memory_order_relaxed)) < panels;) {
       const std::int64_t col0 = (first + i) * nr;
       word* out = packed_b.get() + (first + i) * steps * nr;
       for (std::int64_t p = 0; p < steps; ++p) {
         Steps::pack_b_row(b, k, n, p, col0, std::min(nr, n - col0), out + p * nr);
       }
-      state.packed.fetch_add(1, std::memory_order_release);
+      packed.fetch_add(1, std::memory_order_release);
     }
     // The panels left are being packed by other workers, one panel each at most.
-    while (state.packed.load(std::memory_order_acquire) < panels) {
+    while (packed.load(std::memory_order_acquire) < panels) {
       std::this_thread::yield();
     }
   };
