@@ -7,6 +7,7 @@
 // (Debian's OpenBLAS 0.3.21 exports no sbgemm). Integers are exact, wrapping, in a plain loop.
 
 #include "cpu/gemm_avx512.hpp"
+#include "cpu/gemm_dispatch.hpp"
 #include "cpu/gemm_scratch.hpp"
 #include "cpu/half_convert.hpp"
 #include "cpu/kernels.hpp"

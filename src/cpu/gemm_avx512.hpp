@@ -1,6 +1,6 @@
 #pragma once
 
-// cotensor's own GEMMs for AVX-512, and the choice between them and the library paths.
+// cotensor's own GEMMs for AVX-512 (cpu/gemm_dispatch.hpp picks them or the library paths).
 //
 // - float32: vfmadd231ps, a 6 x 64 register tile; against OpenBLAS SGEMM on tiles.
 // - bfloat16 with float32 accumulation: vdpbf16ps (AVX-512 BF16), the same tile over pairs
@@ -11,7 +11,8 @@
 // fewer rows packed); tiles of 96 rows x 512 columns of C taken by the backend's workers; k
 // walked in blocks of 256 steps with the float32 partial sums of a tile in a worker's scratch.
 // The blocks and their order along k do not depend on the number of workers, so results are
-// bit-identical whatever the thread count.
+// bit-identical whatever the thread count. Products of at most 8192 multiply-adds run unpacked on
+// the calling thread. Scratch comes from the pooled host allocator, never the global heap.
 //
 // vdpbf16ps treats denormal inputs as zero and rounds each of its two additions to nearest
 // even: products of bfloat16 are exact in float32, so an element of C is the float32 sum of
@@ -20,33 +21,8 @@
 #include "cotensor/dtype.hpp"
 
 #include <cstdint>
-#include <string_view>
 
 namespace cotensor::detail::cpu {
-
-/// The GEMM kernels the dispatcher can pick, as the environment names them.
-enum class gemm_kernel : std::uint8_t {
-  avx512,       ///< float32: cotensor's own (COTENSOR_GEMM_F32=avx512)
-  openblas,     ///< float32: OpenBLAS SGEMM on tiles (COTENSOR_GEMM_F32=openblas)
-  avx512_bf16,  ///< bfloat16: cotensor's own, vdpbf16ps (COTENSOR_GEMM_BF16=avx512_bf16)
-  convert,      ///< bfloat16: to float32, the float32 GEMM, rounded once (COTENSOR_GEMM_BF16=convert)
-};
-
-/// "avx512", "openblas", "avx512_bf16" or "convert".
-std::string_view to_string(gemm_kernel k) noexcept;
-
-/// Whether this CPU and OS run AVX-512 F and BW (asked once).
-bool cpu_has_avx512() noexcept;
-/// Whether they also run AVX-512 BF16 (asked once).
-bool cpu_has_avx512_bf16() noexcept;
-
-/// The kernel a float32 GEMM runs: COTENSOR_GEMM_F32 when set ("avx512", "openblas" or
-/// "auto"), else the one measured faster where the CPU has both. Read at each call, so that
-/// tests can force each path. Throws std::invalid_argument on any other value, and
-/// std::runtime_error when a kernel is forced on a CPU without its instructions.
-gemm_kernel f32_gemm_kernel_for_this_call();
-/// The same for bfloat16 and COTENSOR_GEMM_BF16 ("avx512_bf16", "convert" or "auto").
-gemm_kernel bf16_gemm_kernel_for_this_call();
 
 /// c[m, n] = a[m, k] · b[k, n], row-major float32, in parallel on the backend's workers.
 /// Requires cpu_has_avx512().

@@ -1,0 +1,36 @@
+#pragma once
+
+// Which GEMM kernel a matmul runs: cotensor's own for AVX-512 (cpu/gemm_avx512.hpp), OpenBLAS
+// on tiles, or the converting path for halves (cpu/gemm.cpp), by the CPU's instructions or as
+// forced by COTENSOR_GEMM_F32 and COTENSOR_GEMM_BF16.
+
+#include <cstdint>
+#include <string_view>
+
+namespace cotensor::detail::cpu {
+
+/// The GEMM kernels the dispatcher can pick, as the environment names them.
+enum class gemm_kernel : std::uint8_t {
+  avx512,       ///< float32: cotensor's own (COTENSOR_GEMM_F32=avx512)
+  openblas,     ///< float32: OpenBLAS SGEMM on tiles (COTENSOR_GEMM_F32=openblas)
+  avx512_bf16,  ///< bfloat16: cotensor's own, vdpbf16ps (COTENSOR_GEMM_BF16=avx512_bf16)
+  convert,  ///< bfloat16: to float32, the float32 GEMM, rounded once (COTENSOR_GEMM_BF16=convert)
+};
+
+/// "avx512", "openblas", "avx512_bf16" or "convert".
+std::string_view to_string(gemm_kernel k) noexcept;
+
+/// Whether this CPU and OS run AVX-512 F and BW (asked once).
+bool cpu_has_avx512() noexcept;
+/// Whether they also run AVX-512 BF16 (asked once).
+bool cpu_has_avx512_bf16() noexcept;
+
+/// The kernel a float32 GEMM runs: COTENSOR_GEMM_F32 when set ("avx512", "openblas" or
+/// "auto"), else the one measured faster where the CPU has both. Read at each call, so that
+/// tests can force each path. Throws std::invalid_argument on any other value, and
+/// std::runtime_error when a kernel is forced on a CPU without its instructions.
+gemm_kernel f32_gemm_kernel_for_this_call();
+/// The same for bfloat16 and COTENSOR_GEMM_BF16 ("avx512_bf16", "convert" or "auto").
+gemm_kernel bf16_gemm_kernel_for_this_call();
+
+}  // namespace cotensor::detail::cpu
