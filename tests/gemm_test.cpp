@@ -109,7 +109,7 @@ struct gemm_case {
 // one row, a panel of 6 rows and more, k odd, columns across a 64-column panel (and 16-column
 // vectors) and a 512-column tile, k past a block of 256 steps.
 const std::vector<gemm_case> gemm_shapes{
-    {1, 1, 1},      {3, 7, 5},      {1, 300, 70},   {13, 31, 33},  {12, 64, 17},  {25, 64, 100},
+    {1, 1, 1},      {3, 7, 5},      {1, 300, 70},   {13, 31, 33}, {12, 64, 17},    {25, 64, 100},
     {96, 128, 512}, {97, 129, 513}, {40, 1030, 70}, {5, 2049, 3}, {130, 515, 600},
 };
 
@@ -146,59 +146,57 @@ std::vector<bfloat16_t> matmul_bf16(const std::vector<bfloat16_t>& a,
   return out.to_vector<bfloat16_t>();
 }
 
+// For each bfloat16 kernel this CPU runs and each shape: the product of operands made from
+// `seed`, and `count_wrong(shape, got, want, magnitude)`, which must be 0 (want and magnitude
+// as `reference` gives them).
+template <class CountWrong>
+void check_bf16_kernels(std::uint32_t seed, bool integers, CountWrong count_wrong) {
+  for (const std::string& kernel : bf16_kernels()) {
+    CAPTURE(kernel);
+    const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
+    for (const gemm_case& c : gemm_shapes) {
+      CAPTURE(c.m);
+      CAPTURE(c.k);
+      CAPTURE(c.n);
+      const auto a = values(c.m * c.k, seed, integers);
+      const auto b = values(c.k * c.n, seed + 1, integers);
+      std::vector<double> want;
+      std::vector<double> magnitude;
+      reference(a, b, c, want, magnitude);
+      CHECK(count_wrong(c, matmul_bf16(a, b, c), want, magnitude) == 0);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("gemm") {
   TEST_CASE("bfloat16 GEMM, every kernel, is exact where float32 accumulation is") {
-    for (const std::string& kernel : bf16_kernels()) {
-      CAPTURE(kernel);
-      const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
-      for (const gemm_case& c : gemm_shapes) {
-        CAPTURE(c.m);
-        CAPTURE(c.k);
-        CAPTURE(c.n);
-        // Integers of at most 4 in magnitude: every partial sum is an integer below 2^24, exact
-        // in float32 in any order, so the result is the exact sum rounded once to bfloat16.
-        const auto a = values(c.m * c.k, 1, true);
-        const auto b = values(c.k * c.n, 2, true);
-        std::vector<double> want;
-        std::vector<double> magnitude;
-        reference(a, b, c, want, magnitude);
-        const auto got = matmul_bf16(a, b, c);
-        std::int64_t wrong = 0;
-        for (std::size_t i = 0; i < got.size(); ++i) {
-          wrong += got[i].bits != bfloat16_t(static_cast<float>(want[i])).bits ? 1 : 0;
-        }
-        CHECK(wrong == 0);
-      }
-    }
+    // Integers of at most 4 in magnitude: every partial sum is an integer below 2^24, exact in
+    // float32 in any order, so the result is the exact sum rounded once to bfloat16.
+    check_bf16_kernels(
+        1, true, [](const gemm_case&, const auto& got, const auto& want, const auto&) {
+          std::int64_t wrong = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            wrong += got[i].bits != bfloat16_t(static_cast<float>(want[i])).bits ? 1 : 0;
+          }
+          return wrong;
+        });
   }
 
   TEST_CASE("bfloat16 GEMM, every kernel, is within float32 accumulation of the exact product") {
-    for (const std::string& kernel : bf16_kernels()) {
-      CAPTURE(kernel);
-      const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
-      for (const gemm_case& c : gemm_shapes) {
-        CAPTURE(c.m);
-        CAPTURE(c.k);
-        CAPTURE(c.n);
-        const auto a = values(c.m * c.k, 3, false);
-        const auto b = values(c.k * c.n, 4, false);
-        std::vector<double> want;
-        std::vector<double> magnitude;
-        reference(a, b, c, want, magnitude);
-        const auto got = matmul_bf16(a, b, c);
-        // One rounding to bfloat16 (2^-8 relative, both sides of a tie) after a float32 sum of
-        // k products, each addition off by at most 2^-24 of the running magnitude.
-        std::int64_t wrong = 0;
-        for (std::size_t i = 0; i < got.size(); ++i) {
-          const double bound = std::abs(want[i]) * 0x1p-8 +
-                               static_cast<double>(c.k) * 0x1p-23 * magnitude[i] * (1 + 0x1p-8);
-          wrong += std::abs(static_cast<float>(got[i]) - want[i]) > bound ? 1 : 0;
-        }
-        CHECK(wrong == 0);
-      }
-    }
+    check_bf16_kernels(
+        3, false, [](const gemm_case& c, const auto& got, const auto& want, const auto& magnitude) {
+          // One rounding to bfloat16 (2^-8 relative, both sides of a tie) after a float32 sum of k
+          // products, each addition off by at most 2^-24 of the running magnitude.
+          std::int64_t wrong = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            const double bound = std::abs(want[i]) * 0x1p-8 +
+                                 static_cast<double>(c.k) * 0x1p-23 * magnitude[i] * (1 + 0x1p-8);
+            wrong += std::abs(static_cast<float>(got[i]) - want[i]) > bound ? 1 : 0;
+          }
+          return wrong;
+        });
   }
 
   TEST_CASE("bfloat16 GEMM, every kernel, gives the same bits on 1, 2 and 3 workers") {
