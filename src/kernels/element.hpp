@@ -179,12 +179,44 @@ decltype(auto) visit_enum(Enum e, F&& f) {
   }
 }
 
-/// Calls `f(std::integral_constant<binary_op, Op>{})` for the runtime `op`.
+/// Calls `f(std::integral_constant<binary_op, Op>{})` for the runtime `op`. A switch, not
+/// visit_enum: every small op's kernel passes here, and GCC makes a jump table of the switch but
+/// a chain of compares and calls of visit_enum's recursion, which made the chapter's
+/// dependency_graph_1000 3 % slower (bench/ab.sh, 2026-11-27).
 template <class F>
 decltype(auto) visit_binary(binary_op op, F&& f) {
   using enum binary_op;
-  return visit_enum<binary_op, add, sub, mul, div, maximum, minimum, eq, ne, lt, le, gt, ge,
-                    logical_and, logical_or>(op, std::forward<F>(f));
+  switch (op) {
+  case add:
+    return f(std::integral_constant<binary_op, add>{});
+  case sub:
+    return f(std::integral_constant<binary_op, sub>{});
+  case mul:
+    return f(std::integral_constant<binary_op, mul>{});
+  case div:
+    return f(std::integral_constant<binary_op, div>{});
+  case maximum:
+    return f(std::integral_constant<binary_op, maximum>{});
+  case minimum:
+    return f(std::integral_constant<binary_op, minimum>{});
+  case eq:
+    return f(std::integral_constant<binary_op, eq>{});
+  case ne:
+    return f(std::integral_constant<binary_op, ne>{});
+  case lt:
+    return f(std::integral_constant<binary_op, lt>{});
+  case le:
+    return f(std::integral_constant<binary_op, le>{});
+  case gt:
+    return f(std::integral_constant<binary_op, gt>{});
+  case ge:
+    return f(std::integral_constant<binary_op, ge>{});
+  case logical_and:
+    return f(std::integral_constant<binary_op, logical_and>{});
+  case logical_or:
+    break;
+  }
+  return f(std::integral_constant<binary_op, logical_or>{});
 }
 
 /// Calls `f(std::integral_constant<unary_op, Op>{})` for the runtime `op`.
