@@ -12,6 +12,7 @@ packages=(
   librandom123-dev                # Philox counter-based random numbers
   doctest-dev                     # unit tests
   libdlpack-dev                   # DLPack's header: to_dlpack / from_dlpack (src/io/dlpack.cpp)
+  libicu-dev                      # ICU: the tokenizers' Unicode regexes and NFC (src/lm/)
   libbenchmark-dev                # engine micro-benchmarks
   libopenmpi-dev openmpi-bin      # Open MPI: collectives as engine ops (COTENSOR_WITH_MPI)
 )

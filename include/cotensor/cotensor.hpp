@@ -12,6 +12,7 @@
 #include "cotensor/dtype.hpp"
 #include "cotensor/error.hpp"
 #include "cotensor/io.hpp"
+#include "cotensor/lm.hpp"
 #include "cotensor/ops.hpp"
 #include "cotensor/random.hpp"
 #include "cotensor/runtime.hpp"

@@ -1,5 +1,7 @@
 #include "io/json.hpp"
 
+#include "support/utf8.hpp"
+
 #include <stdexcept>
 
 namespace cotensor::detail::json {
@@ -177,24 +179,6 @@ private:
     return u;
   }
 
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   std::string parse_string() {
     expect('"');
     std::string out;
@@ -253,7 +237,7 @@ private:
         } else if (cp >= 0xDC00 && cp < 0xE000) {
           fail("unpaired surrogate");
         }
-        append_utf8(out, cp);
+        append_utf8(out, static_cast<char32_t>(cp));
         break;
       }
       default:

@@ -1,0 +1,65 @@
+#pragma once
+
+/// \file
+/// Language models: the tokenizer of a Hugging Face model folder (`tokenizer.json`).
+///
+/// Thread safety: a `tokenizer` is immutable once made; any number of threads may call its const
+/// members at once, and copies share one table (copying is cheap).
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cotensor::lm {
+
+/// A byte-level BPE tokenizer read from a Hugging Face `tokenizer.json`, giving the ids that the
+/// `tokenizers` library gives (GPT-2, Llama 3, Qwen2 and models laid out like them).
+///
+/// What a file may hold (anything else is refused at load, naming it): a `BPE` model (merges as
+/// "a b" strings or pairs; `ignore_merges`; no byte fallback, no subword prefix or suffix); no
+/// normalizer or `NFC`; the `ByteLevel` pre-tokenizer with GPT-2's split regex, or a `Sequence`
+/// of `Split` pre-tokenizers (a regex, behaviour `Isolated`) ending with `ByteLevel` without its
+/// regex; post-processors `ByteLevel`, `TemplateProcessing` (special tokens around one sequence)
+/// or a `Sequence` of them; the `ByteLevel` decoder; added tokens matched as they are written
+/// (no `lstrip`, `rstrip` or `single_word`). Regexes run on ICU, with `\s` as Unicode's
+/// White_Space, as in the `tokenizers` library.
+class tokenizer {
+public:
+  /// Reads `tokenizer_json`. Throws std::runtime_error naming the file and what it cannot read
+  /// or does not support.
+  static tokenizer from_file(const std::filesystem::path& tokenizer_json);
+
+  /// The ids of `text` (UTF-8; invalid bytes are tokenized as the bytes they are), with the
+  /// special tokens the file's post-processor adds (a leading `<|begin_of_text|>` for Llama 3),
+  /// as `tokenizers`' `encode(text).ids`. Added tokens written in the text are matched as such.
+  std::vector<std::int32_t> encode(std::string_view text) const;
+
+  /// The text of `ids`, special tokens skipped, as `tokenizers`' `decode(ids,
+  /// skip_special_tokens=True)`: bytes that do not form UTF-8 become U+FFFD. Throws
+  /// std::out_of_range for an id past the vocabulary.
+  std::string decode(std::span<const std::int32_t> ids) const;
+
+  /// The number of ids: the vocabulary and the added tokens.
+  std::size_t vocab_size() const noexcept;
+
+  /// The id of `token` (a vocabulary entry, in its byte-level spelling, or an added token), or
+  /// -1.
+  std::int32_t token_to_id(std::string_view token) const;
+
+  /// Whether `id` is an added token marked special (skipped by `decode`).
+  bool is_special(std::int32_t id) const noexcept;
+
+  /// The tables behind a tokenizer (src/lm/tokenizer.cpp).
+  struct impl;
+
+private:
+  explicit tokenizer(std::shared_ptr<const impl> p) noexcept;
+  std::shared_ptr<const impl> impl_;
+};
+
+}  // namespace cotensor::lm
