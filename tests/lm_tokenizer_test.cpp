@@ -83,6 +83,61 @@ TEST_SUITE("lm.tokenizer") {
     }
   }
 
+  TEST_CASE("text_stream gives decode's text in whole characters, id by id") {
+    const json::value want = expected();
+    std::map<std::string, tokenizer> loaded;
+    const auto whole_utf8 = [](const std::string& s) {
+      // Each piece is UTF-8 on its own: no lead byte without its continuation bytes at the end.
+      std::size_t i = 0;
+      while (i < s.size()) {
+        const auto b = static_cast<unsigned char>(s[i]);
+        const std::size_t n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+        if (i + n > s.size()) {
+          return false;
+        }
+        i += n;
+      }
+      return true;
+    };
+    for (const json::value& c : want.find("cases")->items) {
+      const std::string& name = c.find("tokenizer")->text;
+      if (!loaded.contains(name)) {
+        loaded.emplace(name, tokenizer::from_file(data / name / "tokenizer.json"));
+      }
+      CAPTURE(name);
+      CAPTURE(c.find("text")->text);
+      cotensor::lm::text_stream stream(loaded.at(name));
+      std::string all;
+      for (const std::int32_t id : ids_of(*c.find("ids"))) {
+        const std::string piece = stream.push(id);
+        CHECK(whole_utf8(piece));
+        all += piece;
+      }
+      all += stream.finish();
+      CHECK(all == c.find("decoded")->text);
+    }
+  }
+
+  TEST_CASE("text_stream holds a character until its last byte comes, and ends a cut one") {
+    const auto gpt2 = tokenizer::from_file(data / "gpt2" / "tokenizer.json");
+    // 日 is E6 97 A5: one byte-level token each in this small vocabulary.
+    const auto ids = gpt2.encode("\xE6\x97\xA5");
+    REQUIRE(ids.size() == 3);
+    cotensor::lm::text_stream stream(gpt2);
+    CHECK(stream.push(ids[0]).empty());
+    CHECK(stream.push(ids[1]).empty());
+    CHECK(stream.push(ids[2]) == "\xE6\x97\xA5");
+    CHECK(stream.push(ids[0]).empty());
+    CHECK(stream.finish() == "\xEF\xBF\xBD");  // a character cut short
+    CHECK(stream.finish().empty());
+    // A byte that cannot start a character is replaced at once.
+    const auto bad = gpt2.encode("\xFF");
+    REQUIRE(bad.size() == 1);
+    CHECK(stream.push(bad[0]) == "\xEF\xBF\xBD");
+    const std::int32_t past = static_cast<std::int32_t>(gpt2.vocab_size());
+    CHECK_THROWS_AS(stream.push(past), std::out_of_range);
+  }
+
   TEST_CASE("special tokens: added by the post-processor, matched in text, skipped by decode") {
     const auto llama3 = tokenizer::from_file(data / "llama3" / "tokenizer.json");
     const std::int32_t bos = llama3.token_to_id("<|begin_of_text|>");

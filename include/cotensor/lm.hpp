@@ -1,10 +1,12 @@
 #pragma once
 
 /// \file
-/// Language models: the tokenizer of a Hugging Face model folder (`tokenizer.json`).
+/// Language models: the tokenizer of a Hugging Face model folder (`tokenizer.json`), and the
+/// text of a sequence's ids as they come (`text_stream`).
 ///
 /// Thread safety: a `tokenizer` is immutable once made; any number of threads may call its const
-/// members at once, and copies share one table (copying is cheap).
+/// members at once, and copies share one table (copying is cheap). A `text_stream` is one
+/// sequence's: one thread at a time.
 
 #include <cstddef>
 #include <cstdint>
@@ -58,8 +60,31 @@ public:
   struct impl;
 
 private:
+  friend class text_stream;
   explicit tokenizer(std::shared_ptr<const impl> p) noexcept;
   std::shared_ptr<const impl> impl_;
+};
+
+/// The text of a sequence's ids as they come, for streaming: each `push` returns the text its id
+/// completes, never part of a UTF-8 character (a character whose bytes span tokens comes with the
+/// token that ends it), and all that `push` and `finish` return, put together, is
+/// `decode(ids)` of all the ids.
+class text_stream {
+public:
+  /// A stream for ids of `t` (it keeps a copy, which shares `t`'s tables).
+  explicit text_stream(tokenizer t);
+
+  /// The text that `id` completes: possibly empty (a special token, or a character not ended
+  /// yet). Throws std::out_of_range for an id past the vocabulary, changing nothing.
+  std::string push(std::int32_t id);
+
+  /// What is left at the end of the sequence: U+FFFD for a character cut short, else empty.
+  /// The stream is then empty, as new.
+  std::string finish();
+
+private:
+  tokenizer tokenizer_;
+  std::string pending_;  // bytes of a character not complete yet
 };
 
 }  // namespace cotensor::lm

@@ -12,10 +12,14 @@ namespace {
 // The length of the well-formed UTF-8 sequence at s[i], or 0 if there is none: with `prefix` the
 // number of bytes that begin one (at least 1), which Unicode's "maximal subpart" replaces by one
 // U+FFFD.
-std::size_t utf8_sequence(std::string_view s, std::size_t i, std::size_t& prefix) {
+std::size_t
+utf8_sequence(std::string_view s, std::size_t i, std::size_t& prefix, bool* cut_short = nullptr) {
   const auto byte = [&](std::size_t j) { return static_cast<unsigned char>(s[j]); };
   const unsigned char b0 = byte(i);
   prefix = 1;
+  if (cut_short != nullptr) {
+    *cut_short = false;
+  }
   if (b0 < 0x80) {
     return 1;
   }
@@ -37,6 +41,9 @@ std::size_t utf8_sequence(std::string_view s, std::size_t i, std::size_t& prefix
   }
   for (std::size_t k = 1; k < length; ++k) {
     if (i + k >= s.size()) {
+      if (cut_short != nullptr) {
+        *cut_short = true;
+      }
       return 0;
     }
     const unsigned char b = byte(i + k);
@@ -102,9 +109,22 @@ bool byte_level_to_bytes(std::string_view token, std::string& out) {
 std::string utf8_lossy(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());
-  for (std::size_t i = 0; i < bytes.size();) {
+  const std::size_t done = utf8_lossy_complete(bytes, out);
+  if (done < bytes.size()) {
+    out += "\xEF\xBF\xBD";  // a last sequence cut short is one maximal subpart
+  }
+  return out;
+}
+
+std::size_t utf8_lossy_complete(std::string_view bytes, std::string& out) {
+  std::size_t i = 0;
+  while (i < bytes.size()) {
     std::size_t prefix = 0;
-    const std::size_t n = utf8_sequence(bytes, i, prefix);
+    bool cut_short = false;
+    const std::size_t n = utf8_sequence(bytes, i, prefix, &cut_short);
+    if (cut_short) {
+      break;
+    }
     if (n == 0) {
       out += "\xEF\xBF\xBD";
       i += prefix;
@@ -113,7 +133,7 @@ std::string utf8_lossy(std::string_view bytes) {
       i += n;
     }
   }
-  return out;
+  return i;
 }
 
 }  // namespace cotensor::lm::detail

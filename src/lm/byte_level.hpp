@@ -19,4 +19,8 @@ bool byte_level_to_bytes(std::string_view token, std::string& out);
 /// subparts", as Rust's String::from_utf8_lossy) replaced by U+FFFD.
 std::string utf8_lossy(std::string_view bytes);
 
+/// Appends to `out` what utf8_lossy gives for the bytes of `bytes` that no later byte can change
+/// (all but a last sequence cut short), and returns how many bytes that was.
+std::size_t utf8_lossy_complete(std::string_view bytes, std::string& out);
+
 }  // namespace cotensor::lm::detail

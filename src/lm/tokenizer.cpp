@@ -9,8 +9,8 @@
 
 #include "cotensor/lm.hpp"
 
-#include "io/json.hpp"
 #include "lm/byte_level.hpp"
+#include "lm/tokenizer_impl.hpp"
 
 #include <algorithm>
 #include <array>
@@ -26,8 +26,6 @@
 #include <utility>
 
 namespace cotensor::lm {
-
-namespace json = ::cotensor::detail::json;
 
 namespace {
 
@@ -104,37 +102,6 @@ std::int32_t id_of(const std::filesystem::path& file, const json::value& v) {
 }
 
 }  // namespace
-
-struct tokenizer::impl {
-  struct added {
-    std::string content;
-    std::int32_t id;
-    bool special;
-  };
-
-  std::unordered_map<std::string, std::int32_t> vocab;  // vocabulary and added tokens
-  std::vector<std::string> token_of;                    // by id ("" where no id)
-  std::vector<bool> special;                            // by id
-  std::vector<added> added_tokens;                      // longest first
-  std::unordered_map<std::uint64_t, std::pair<std::int32_t, std::int32_t>> merges;  // rank, id
-  bool ignore_merges = false;
-  bool nfc = false;
-  std::vector<std::shared_ptr<const icu::RegexPattern>> splits;
-  std::vector<std::int32_t> prefix;  // the post-processor's ids before the sequence
-  std::vector<std::int32_t> suffix;  // and after it
-  std::size_t count = 0;             // ids in use
-
-  static std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
-    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) |
-           static_cast<std::uint32_t>(b);
-  }
-
-  void read_model(const std::filesystem::path& file, const json::value& model);
-  void read_pre_tokenizer(const std::filesystem::path& file, const json::value& pre);
-  void read_post_processor(const std::filesystem::path& file, const json::value& post);
-  void encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const;
-  void encode_text(std::string_view text, std::vector<std::int32_t>& out) const;
-};
 
 void tokenizer::impl::read_model(const std::filesystem::path& file, const json::value& model) {
   using kind = json::value::kind;
@@ -457,24 +424,27 @@ std::vector<std::int32_t> tokenizer::encode(std::string_view text) const {
   return out;
 }
 
+void tokenizer::impl::append_bytes(std::int32_t id, std::string& out) const {
+  if (id < 0 || static_cast<std::size_t>(id) >= token_of.size()) {
+    throw std::out_of_range("cotensor::lm::tokenizer: id " + std::to_string(id) +
+                            " is past the vocabulary (" + std::to_string(token_of.size()) +
+                            " ids)");
+  }
+  if (special[static_cast<std::size_t>(id)]) {
+    return;
+  }
+  // A token's byte-level characters back to bytes; a token with any other character (an added
+  // token) as its own UTF-8, as the ByteLevel decoder does.
+  const std::string& token = token_of[static_cast<std::size_t>(id)];
+  if (!detail::byte_level_to_bytes(token, out)) {
+    out += token;
+  }
+}
+
 std::string tokenizer::decode(std::span<const std::int32_t> ids) const {
-  const impl& t = *impl_;
   std::string raw;
   for (const std::int32_t id : ids) {
-    if (id < 0 || static_cast<std::size_t>(id) >= t.token_of.size()) {
-      throw std::out_of_range("cotensor::lm::tokenizer::decode: id " + std::to_string(id) +
-                              " is past the vocabulary (" + std::to_string(t.token_of.size()) +
-                              " ids)");
-    }
-    if (t.special[static_cast<std::size_t>(id)]) {
-      continue;
-    }
-    // A token's byte-level characters back to bytes; a token with any other character (an added
-    // token) as its own UTF-8, as the ByteLevel decoder does.
-    const std::string& token = t.token_of[static_cast<std::size_t>(id)];
-    if (!detail::byte_level_to_bytes(token, raw)) {
-      raw += token;
-    }
+    impl_->append_bytes(id, raw);
   }
   return detail::utf8_lossy(raw);
 }
