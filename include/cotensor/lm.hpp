@@ -1,12 +1,18 @@
 #pragma once
 
 /// \file
-/// Language models: the tokenizer of a Hugging Face model folder (`tokenizer.json`), and the
-/// text of a sequence's ids as they come (`text_stream`).
+/// Language models: a Hugging Face model folder's tokenizer (`tokenizer.json`) and model
+/// (`model`: GPT-2 so far, logits without a cache), and the text of a sequence's ids as they come
+/// (`text_stream`).
 ///
 /// Thread safety: a `tokenizer` is immutable once made; any number of threads may call its const
 /// members at once, and copies share one table (copying is cheap). A `text_stream` is one
-/// sequence's: one thread at a time.
+/// sequence's: one thread at a time. A `model` is immutable once loaded: its const members may be
+/// called from any thread, and copies share its weights.
+
+#include "cotensor/device.hpp"
+#include "cotensor/dtype.hpp"
+#include "cotensor/tensor.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -85,6 +91,51 @@ public:
 private:
   tokenizer tokenizer_;
   std::string pending_;  // bytes of a character not complete yet
+};
+
+/// How `model::load` reads a model.
+struct load_options {
+  /// The dtype the weights are kept and computed in: float32, bfloat16 or float16 (the logits
+  /// are float32 whatever it is).
+  cotensor::dtype dtype = cotensor::dtype::float32;
+  /// Where the weights live and the model runs.
+  cotensor::device device = cotensor::device::cpu();
+};
+
+/// A causal language model read from a Hugging Face model folder: `config.json` (its
+/// `architectures`), `model.safetensors` or the shards that `model.safetensors.index.json` names,
+/// and `tokenizer.json`. Architectures so far: `GPT2LMHeadModel` (learned positions, Conv1D
+/// weights, `gelu_new`, the head tied to the token embedding).
+class model {
+public:
+  /// Reads the folder `dir`; the weights are read asynchronously (ops on cotensor's read
+  /// threads), so the call returns before they are in memory. Throws std::runtime_error naming
+  /// the file and what is wrong: an architecture not supported, a missing or misshapen tensor,
+  /// an unreadable config; std::invalid_argument for a dtype other than float32, bfloat16 or
+  /// float16.
+  static model load(const std::filesystem::path& dir, load_options options = {});
+
+  /// The model's tokenizer.
+  const lm::tokenizer& tokenizer() const noexcept;
+
+  /// The float32 logits `[ids.size(), vocabulary]` of one sequence, each position's next-token
+  /// scores given the ids up to it: the whole forward pass, no cache (for tests and scoring).
+  /// Returns at once, as any op (the tensor is computed asynchronously). Throws
+  /// std::invalid_argument for no ids or more than the context length, std::out_of_range for an
+  /// id past the vocabulary.
+  tensor logits(std::span<const std::int32_t> ids) const;
+
+  /// The architecture, as config.json names it ("GPT2LMHeadModel").
+  std::string_view architecture() const noexcept;
+  /// The most ids a sequence may have (GPT-2's `n_positions`).
+  std::int64_t context_length() const noexcept;
+
+  /// The weights and shape of a model (src/lm/model.cpp).
+  struct impl;
+
+private:
+  explicit model(std::shared_ptr<const impl> p) noexcept;
+  std::shared_ptr<const impl> impl_;
 };
 
 }  // namespace cotensor::lm
