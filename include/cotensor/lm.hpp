@@ -2,7 +2,8 @@
 
 /// \file
 /// Language models: a Hugging Face model folder's tokenizer (`tokenizer.json`) and model
-/// (`model`: GPT-2 so far, logits without a cache), and the text of a sequence's ids as they come
+/// (`model`: GPT-2, Llama, Qwen2 and Mistral layouts, logits without a cache so far), and the
+/// text of a sequence's ids as they come
 /// (`text_stream`).
 ///
 /// Thread safety: a `tokenizer` is immutable once made; any number of threads may call its const
@@ -104,8 +105,10 @@ struct load_options {
 
 /// A causal language model read from a Hugging Face model folder: `config.json` (its
 /// `architectures`), `model.safetensors` or the shards that `model.safetensors.index.json` names,
-/// and `tokenizer.json`. Architectures so far: `GPT2LMHeadModel` (learned positions, Conv1D
-/// weights, `gelu_new`, the head tied to the token embedding).
+/// and `tokenizer.json`. Architectures: `GPT2LMHeadModel` (learned positions, Conv1D weights,
+/// `gelu_new`, the head tied to the token embedding); `LlamaForCausalLM`, `Qwen2ForCausalLM` and
+/// `MistralForCausalLM` without a sliding window (RMSNorm, RoPE with `rope_theta` and no scaling,
+/// SwiGLU, grouped-query attention, q/k/v biases where the file has them, tied or untied head).
 class model {
 public:
   /// Reads the folder `dir`; the weights are read asynchronously (ops on cotensor's read
@@ -125,9 +128,9 @@ public:
   /// id past the vocabulary.
   tensor logits(std::span<const std::int32_t> ids) const;
 
-  /// The architecture, as config.json names it ("GPT2LMHeadModel").
+  /// The architecture, as config.json names it ("GPT2LMHeadModel", "LlamaForCausalLM", ...).
   std::string_view architecture() const noexcept;
-  /// The most ids a sequence may have (GPT-2's `n_positions`).
+  /// The most ids a sequence may have (`n_positions`, `max_position_embeddings`).
   std::int64_t context_length() const noexcept;
 
   /// The weights and shape of a model (src/lm/model.cpp).

@@ -89,26 +89,84 @@ std::map<std::string, tensor> read_weights(const std::filesystem::path& dir, dev
 }  // namespace
 
 struct model::impl {
-  struct block {
+  enum class family : std::uint8_t { gpt2, llama };
+  struct gpt2_block {
     tensor ln1_w, ln1_b, attn_w, attn_b, attn_proj_w, attn_proj_b;
     tensor ln2_w, ln2_b, fc_w, fc_b, mlp_proj_w, mlp_proj_b;
   };
+  // Linear weights transposed at load ([in, out]): x · w. Biases empty where there are none.
+  struct llama_block {
+    tensor in_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, post_norm, gate_w, up_w, down_w;
+  };
 
+  family kind = family::gpt2;
   std::string architecture;
   lm::tokenizer tok;
   std::int64_t vocab = 0;
   std::int64_t positions = 0;
   std::int64_t width = 0;
   std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t head_dim = 0;
   double eps = 1e-5;
+  double rope_theta = 10000.0;
   cotensor::dtype dtype = cotensor::dtype::float32;
   device where = device::cpu();
-  tensor wte, wpe, head, lnf_w, lnf_b;
-  std::vector<block> blocks;
+  tensor embed, wpe, head, norm_w, norm_b;
+  std::vector<gpt2_block> gpt2_blocks;
+  std::vector<llama_block> llama_blocks;
 
-  impl(lm::tokenizer t) : tok(std::move(t)) {}
+  explicit impl(lm::tokenizer t) : tok(std::move(t)) {}
   tensor forward(std::span<const std::int32_t> ids) const;
+  tensor gpt2_forward(tensor h, const tensor& mask) const;
+  tensor llama_forward(tensor h, const tensor& mask) const;
 };
+
+namespace {
+
+// The tensors of a model folder, each checked for its shape and converted to the model's dtype.
+class weight_reader {
+public:
+  weight_reader(std::filesystem::path dir, const load_options& options)
+      : dir_(std::move(dir)), dtype_(options.dtype), all_(read_weights(dir_, options.device)) {}
+
+  bool contains(const std::string& name) const { return all_.contains(name); }
+
+  tensor get(const std::string& name, const shape& want) const {
+    const auto it = all_.find(name);
+    if (it == all_.end()) {
+      refuse(dir_, "tensor " + name + " is missing from the model's safetensors");
+    }
+    if (it->second.shape() != want) {
+      std::ostringstream what;
+      what << "tensor " << name << " has shape " << it->second.shape() << ", not " << want;
+      refuse(dir_, what.str());
+    }
+    return it->second.astype(dtype_);
+  }
+
+  // A linear layer's weight [out, in], transposed for x · w.
+  tensor linear(const std::string& name, std::int64_t out, std::int64_t in) const {
+    return transpose(get(name, {out, in}));
+  }
+
+private:
+  std::filesystem::path dir_;
+  cotensor::dtype dtype_;
+  std::map<std::string, tensor> all_;
+};
+
+// Softmax(q · kᵀ · scale + mask) · v for one head.
+tensor attend(const tensor& q, const tensor& k, const tensor& v, const tensor& mask, double scale) {
+  return matmul(softmax(matmul(q, transpose(k)) * scale + mask), v);
+}
+
+// x / √(mean(x²) + eps) · w over the last axis (Llama's RMSNorm).
+tensor rms_norm(const tensor& x, const tensor& w, double eps) {
+  return x / sqrt(mean(x * x, 1, true) + eps) * w;
+}
+
+}  // namespace
 
 model::model(std::shared_ptr<const impl> p) noexcept : impl_(std::move(p)) {}
 
@@ -127,61 +185,117 @@ model model::load(const std::filesystem::path& dir, load_options options) {
     refuse(config_file, "no \"architectures\"");
   }
   const std::string arch = archs->items[0].text;
-  if (arch != "GPT2LMHeadModel") {
-    refuse(config_file, "architecture \"" + arch + "\" is not supported (GPT2LMHeadModel so far)");
-  }
-  if (const json::value* act = config.find("activation_function");
-      act != nullptr && act->text != "gelu_new") {
-    refuse(config_file, "activation \"" + act->text + "\" is not supported (gelu_new)");
+  const bool gpt2 = arch == "GPT2LMHeadModel";
+  if (!gpt2 && arch != "LlamaForCausalLM" && arch != "Qwen2ForCausalLM" &&
+      arch != "MistralForCausalLM") {
+    refuse(config_file, "architecture \"" + arch +
+                            "\" is not supported (GPT2LMHeadModel, LlamaForCausalLM, "
+                            "Qwen2ForCausalLM, MistralForCausalLM)");
   }
   auto p = std::make_shared<impl>(lm::tokenizer::from_file(dir / "tokenizer.json"));
   p->architecture = arch;
-  p->vocab = whole(config_file, config, "vocab_size");
-  p->positions = whole(config_file, config, "n_positions");
-  p->width = whole(config_file, config, "n_embd");
-  p->heads = whole(config_file, config, "n_head");
-  p->eps = number(config, "layer_norm_epsilon", 1e-5);
+  p->kind = gpt2 ? impl::family::gpt2 : impl::family::llama;
   p->dtype = options.dtype;
   p->where = options.device;
-  if (p->width % p->heads != 0) {
-    refuse(config_file, "n_embd is not a multiple of n_head");
-  }
-  const std::int64_t layers = whole(config_file, config, "n_layer");
-  const json::value* inner_v = config.find("n_inner");
-  const std::int64_t inner =
-      inner_v != nullptr && inner_v->as_index() ? *inner_v->as_index() : 4 * p->width;
-
-  const std::map<std::string, tensor> weights = read_weights(dir, options.device);
-  // GPT2LMHeadModel's names start with "transformer."; GPT2Model's without.
-  const std::string prefix = weights.contains("transformer.wte.weight") ? "transformer." : "";
-  const auto get = [&](const std::string& name, shape want) {
-    const auto it = weights.find(prefix + name);
-    if (it == weights.end()) {
-      refuse(dir, "tensor " + prefix + name + " is missing from the model's safetensors");
+  p->vocab = whole(config_file, config, "vocab_size");
+  const weight_reader weights(dir, options);
+  if (gpt2) {
+    if (const json::value* act = config.find("activation_function");
+        act != nullptr && act->text != "gelu_new") {
+      refuse(config_file, "activation \"" + act->text + "\" is not supported (gelu_new)");
     }
-    if (it->second.shape() != want) {
-      std::ostringstream what;
-      what << "tensor " << prefix << name << " has shape " << it->second.shape() << ", not "
-           << want;
-      refuse(dir, what.str());
+    p->positions = whole(config_file, config, "n_positions");
+    p->width = whole(config_file, config, "n_embd");
+    p->heads = whole(config_file, config, "n_head");
+    p->kv_heads = p->heads;
+    p->eps = number(config, "layer_norm_epsilon", 1e-5);
+    if (p->width % p->heads != 0) {
+      refuse(config_file, "n_embd is not a multiple of n_head");
     }
-    return it->second.astype(options.dtype);
-  };
-  const std::int64_t d = p->width;
-  p->wte = get("wte.weight", {p->vocab, d});
-  p->wpe = get("wpe.weight", {p->positions, d});
-  p->head = transpose(p->wte);  // tied: logits = h · wteᵀ
-  p->lnf_w = get("ln_f.weight", {d});
-  p->lnf_b = get("ln_f.bias", {d});
-  for (std::int64_t l = 0; l < layers; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    p->blocks.push_back(
-        {get(h + "ln_1.weight", {d}), get(h + "ln_1.bias", {d}),
-         get(h + "attn.c_attn.weight", {d, 3 * d}), get(h + "attn.c_attn.bias", {3 * d}),
-         get(h + "attn.c_proj.weight", {d, d}), get(h + "attn.c_proj.bias", {d}),
-         get(h + "ln_2.weight", {d}), get(h + "ln_2.bias", {d}),
-         get(h + "mlp.c_fc.weight", {d, inner}), get(h + "mlp.c_fc.bias", {inner}),
-         get(h + "mlp.c_proj.weight", {inner, d}), get(h + "mlp.c_proj.bias", {d})});
+    p->head_dim = p->width / p->heads;
+    const std::int64_t layers = whole(config_file, config, "n_layer");
+    const json::value* inner_v = config.find("n_inner");
+    const std::int64_t inner =
+        inner_v != nullptr && inner_v->as_index() ? *inner_v->as_index() : 4 * p->width;
+    // GPT2LMHeadModel's names start with "transformer."; GPT2Model's without.
+    const std::string pre = weights.contains("transformer.wte.weight") ? "transformer." : "";
+    const std::int64_t d = p->width;
+    const auto get = [&](const std::string& n, shape want) { return weights.get(pre + n, want); };
+    p->embed = get("wte.weight", {p->vocab, d});
+    p->wpe = get("wpe.weight", {p->positions, d});
+    p->head = transpose(p->embed);  // tied: logits = h · wteᵀ
+    p->norm_w = get("ln_f.weight", {d});
+    p->norm_b = get("ln_f.bias", {d});
+    for (std::int64_t l = 0; l < layers; ++l) {
+      const std::string h = "h." + std::to_string(l) + ".";
+      p->gpt2_blocks.push_back(
+          {get(h + "ln_1.weight", {d}), get(h + "ln_1.bias", {d}),
+           get(h + "attn.c_attn.weight", {d, 3 * d}), get(h + "attn.c_attn.bias", {3 * d}),
+           get(h + "attn.c_proj.weight", {d, d}), get(h + "attn.c_proj.bias", {d}),
+           get(h + "ln_2.weight", {d}), get(h + "ln_2.bias", {d}),
+           get(h + "mlp.c_fc.weight", {d, inner}), get(h + "mlp.c_fc.bias", {inner}),
+           get(h + "mlp.c_proj.weight", {inner, d}), get(h + "mlp.c_proj.bias", {d})});
+    }
+  } else {
+    if (const json::value* act = config.find("hidden_act"); act != nullptr && act->text != "silu") {
+      refuse(config_file, "hidden_act \"" + act->text + "\" is not supported (silu)");
+    }
+    // RoPE: rope_theta at the top (transformers 4) or in rope_parameters (5); no scaling.
+    const json::value* rope = config.find("rope_parameters");
+    if (rope == nullptr) {
+      rope = config.find("rope_scaling");
+    }
+    if (rope != nullptr && rope->type == json::value::kind::object) {
+      const json::value* type = rope->find("rope_type");
+      if (type != nullptr && type->text != "default") {
+        refuse(config_file, "RoPE type \"" + type->text + "\" is not supported (default)");
+      }
+    }
+    p->rope_theta = number(config, "rope_theta",
+                           rope != nullptr ? number(*rope, "rope_theta", 10000.0) : 10000.0);
+    if (const json::value* window = config.find("use_sliding_window");
+        window != nullptr && window->boolean) {
+      refuse(config_file, "a sliding window is not supported");
+    }
+    p->positions = whole(config_file, config, "max_position_embeddings");
+    p->width = whole(config_file, config, "hidden_size");
+    p->heads = whole(config_file, config, "num_attention_heads");
+    const json::value* kv = config.find("num_key_value_heads");
+    p->kv_heads = kv != nullptr && kv->as_index() ? *kv->as_index() : p->heads;
+    const json::value* hd = config.find("head_dim");
+    p->head_dim = hd != nullptr && hd->as_index() ? *hd->as_index() : p->width / p->heads;
+    if (p->kv_heads == 0 || p->heads % p->kv_heads != 0 || p->head_dim % 2 != 0) {
+      refuse(config_file, "the heads (num_attention_heads, num_key_value_heads, head_dim) do not "
+                          "divide evenly");
+    }
+    p->eps = number(config, "rms_norm_eps", 1e-6);
+    const std::int64_t layers = whole(config_file, config, "num_hidden_layers");
+    const std::int64_t inner = whole(config_file, config, "intermediate_size");
+    const std::int64_t d = p->width;
+    const std::int64_t q_out = p->heads * p->head_dim;
+    const std::int64_t kv_out = p->kv_heads * p->head_dim;
+    p->embed = weights.get("model.embed_tokens.weight", {p->vocab, d});
+    p->head = weights.contains("lm_head.weight") ? weights.linear("lm_head.weight", p->vocab, d)
+                                                 : transpose(p->embed);  // tied
+    p->norm_w = weights.get("model.norm.weight", {d});
+    const auto bias = [&](const std::string& n, std::int64_t extent) {
+      return weights.contains(n) ? weights.get(n, {extent}) : tensor();
+    };
+    for (std::int64_t l = 0; l < layers; ++l) {
+      const std::string h = "model.layers." + std::to_string(l) + ".";
+      p->llama_blocks.push_back({weights.get(h + "input_layernorm.weight", {d}),
+                                 weights.linear(h + "self_attn.q_proj.weight", q_out, d),
+                                 bias(h + "self_attn.q_proj.bias", q_out),
+                                 weights.linear(h + "self_attn.k_proj.weight", kv_out, d),
+                                 bias(h + "self_attn.k_proj.bias", kv_out),
+                                 weights.linear(h + "self_attn.v_proj.weight", kv_out, d),
+                                 bias(h + "self_attn.v_proj.bias", kv_out),
+                                 weights.linear(h + "self_attn.o_proj.weight", d, q_out),
+                                 weights.get(h + "post_attention_layernorm.weight", {d}),
+                                 weights.linear(h + "mlp.gate_proj.weight", inner, d),
+                                 weights.linear(h + "mlp.up_proj.weight", inner, d),
+                                 weights.linear(h + "mlp.down_proj.weight", d, inner)});
+    }
   }
   if (static_cast<std::int64_t>(p->tok.vocab_size()) > p->vocab) {
     refuse(dir / "tokenizer.json", "the tokenizer has more ids than the model's vocab_size");
@@ -211,26 +325,83 @@ tensor model::impl::forward(std::span<const std::int32_t> ids) const {
     }
   }
   const tensor mask = from_vector(mask_values, {t, t}, where).astype(dtype);
-  const std::int64_t d = width;
-  const std::int64_t hd = d / heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const tensor h = index_select(embed, 0, from_vector(index, {t}, where));
+  const tensor last =
+      kind == family::gpt2 ? gpt2_forward(h + slice(wpe, 0, 0, t), mask) : llama_forward(h, mask);
+  return matmul(last, head).astype(cotensor::dtype::float32);
+}
 
-  tensor h = index_select(wte, 0, from_vector(index, {t}, where)) + slice(wpe, 0, 0, t);
-  for (const block& b : blocks) {
+tensor model::impl::gpt2_forward(tensor h, const tensor& mask) const {
+  const std::int64_t d = width;
+  const std::int64_t hd = head_dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (const gpt2_block& b : gpt2_blocks) {
     const tensor qkv = matmul(layer_norm(h, b.ln1_w, b.ln1_b, eps), b.attn_w) + b.attn_b;
     std::vector<tensor> outs;
     for (std::int64_t k = 0; k < heads; ++k) {
-      const tensor q = slice(qkv, 1, k * hd, (k + 1) * hd);
-      const tensor key = slice(qkv, 1, d + k * hd, d + (k + 1) * hd);
-      const tensor v = slice(qkv, 1, 2 * d + k * hd, 2 * d + (k + 1) * hd);
-      const tensor p = softmax(matmul(q, transpose(key)) * scale + mask);
-      outs.push_back(matmul(p, v));
+      outs.push_back(attend(slice(qkv, 1, k * hd, (k + 1) * hd),
+                            slice(qkv, 1, d + k * hd, d + (k + 1) * hd),
+                            slice(qkv, 1, 2 * d + k * hd, 2 * d + (k + 1) * hd), mask, scale));
     }
     h = h + (matmul(concat(outs, 1), b.attn_proj_w) + b.attn_proj_b);
     const tensor m = layer_norm(h, b.ln2_w, b.ln2_b, eps);
     h = h + (matmul(gelu(matmul(m, b.fc_w) + b.fc_b, true), b.mlp_proj_w) + b.mlp_proj_b);
   }
-  return matmul(layer_norm(h, lnf_w, lnf_b, eps), head).astype(cotensor::dtype::float32);
+  return layer_norm(h, norm_w, norm_b, eps);
+}
+
+tensor model::impl::llama_forward(tensor h, const tensor& mask) const {
+  const std::int64_t t = h.shape()[0];
+  const std::int64_t hd = head_dim;
+  const std::int64_t half = hd / 2;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  // RoPE's cos and sin [t, hd]: position p, frequency θ^(−2i/hd), the halves alike.
+  std::vector<float> cos_values(static_cast<std::size_t>(t * hd));
+  std::vector<float> sin_values(cos_values.size());
+  for (std::int64_t p = 0; p < t; ++p) {
+    for (std::int64_t i = 0; i < half; ++i) {
+      const float inv = static_cast<float>(
+          1.0 / std::pow(rope_theta, static_cast<double>(2 * i) / static_cast<double>(hd)));
+      const float angle = static_cast<float>(p) * inv;
+      for (const std::int64_t j : {i, i + half}) {
+        cos_values[static_cast<std::size_t>(p * hd + j)] = std::cos(angle);
+        sin_values[static_cast<std::size_t>(p * hd + j)] = std::sin(angle);
+      }
+    }
+  }
+  const tensor cos_t = from_vector(cos_values, {t, hd}, where).astype(dtype);
+  const tensor sin_t = from_vector(sin_values, {t, hd}, where).astype(dtype);
+  const auto rope = [&](const tensor& x) {
+    const tensor rotated = concat({slice(x, 1, half, hd) * -1.0, slice(x, 1, 0, half)}, 1);
+    return x * cos_t + rotated * sin_t;
+  };
+  const auto project = [](const tensor& x, const tensor& w, const tensor& b) {
+    return b.defined() ? matmul(x, w) + b : matmul(x, w);
+  };
+  const std::int64_t group = heads / kv_heads;
+  for (const llama_block& b : llama_blocks) {
+    const tensor a = rms_norm(h, b.in_norm, eps);
+    const tensor q = project(a, b.q_w, b.q_b);
+    const tensor k = project(a, b.k_w, b.k_b);
+    const tensor v = project(a, b.v_w, b.v_b);
+    std::vector<tensor> keys;
+    std::vector<tensor> values;
+    for (std::int64_t g = 0; g < kv_heads; ++g) {
+      keys.push_back(rope(slice(k, 1, g * hd, (g + 1) * hd)));
+      values.push_back(slice(v, 1, g * hd, (g + 1) * hd));
+    }
+    std::vector<tensor> outs;
+    for (std::int64_t n = 0; n < heads; ++n) {
+      const tensor qn = rope(slice(q, 1, n * hd, (n + 1) * hd));
+      const auto g = static_cast<std::size_t>(n / group);
+      outs.push_back(attend(qn, keys[g], values[g], mask, scale));
+    }
+    h = h + matmul(concat(outs, 1), b.o_w);
+    const tensor m = rms_norm(h, b.post_norm, eps);
+    const tensor gate = matmul(m, b.gate_w);
+    h = h + matmul(gate * sigmoid(gate) * matmul(m, b.up_w), b.down_w);
+  }
+  return rms_norm(h, norm_w, eps);
 }
 
 const lm::tokenizer& model::tokenizer() const noexcept { return impl_->tok; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Remakes tests/data/lm/gpt2-tiny/ and gpt2-tiny-expected.safetensors with Hugging Face
+# Remakes tests/data/lm/{gpt2,llama,qwen2}-tiny/ and their -expected.safetensors with Hugging Face
 # `transformers` (make_models.py says what they are), in a venv of its own kept in
 # ~/.cache/cotensor (COTENSOR_CACHE) that sees the project's environment (torch, safetensors)
 # through a .pth file: the project's environment pins no transformers.
