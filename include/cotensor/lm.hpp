@@ -3,8 +3,8 @@
 /// \file
 /// Language models: a Hugging Face model folder's tokenizer (`tokenizer.json`) and model
 /// (`model`: GPT-2, Llama, Qwen2 and Mistral layouts, logits without a cache so far), and the
-/// text of a sequence's ids as they come
-/// (`text_stream`).
+/// text of a sequence's ids as they come (`text_stream`). Generation (sampling, a cache, the
+/// continuous-batching scheduler) is not here yet.
 ///
 /// Thread safety: a `tokenizer` is immutable once made; any number of threads may call its const
 /// members at once, and copies share one table (copying is cheap). A `text_stream` is one

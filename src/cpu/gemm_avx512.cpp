@@ -33,6 +33,9 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #define COTENSOR_HAVE_AVX512 1
+// One target for both kinds of step (a template's attribute cannot depend on its argument):
+// the float32 functions use no BF16 instruction (GCC 12 emits those only for their intrinsics),
+// so they run on any CPU with AVX-512 F and BW.
 #define COTENSOR_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #else
 #define COTENSOR_HAVE_AVX512 0
