@@ -2,6 +2,8 @@
 
 #include "support/utf8.hpp"
 
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 namespace cotensor::detail::json {
@@ -299,6 +301,24 @@ std::string quote(std::string_view s) {
   }
   out += '"';
   return out;
+}
+
+value parse_file(const std::filesystem::path& file, std::string_view who) {
+  const auto fail = [&](const std::string& what) {
+    throw std::runtime_error(std::string(who) + ": " + file.string() + ": " + what);
+  };
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    fail("cannot open it");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    return parse(text.str());
+  } catch (const std::exception& e) {
+    fail(std::string("not JSON: ") + e.what());
+  }
+  return {};  // not reached: fail throws
 }
 
 }  // namespace cotensor::detail::json

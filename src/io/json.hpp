@@ -5,6 +5,7 @@
 // their text, so integers of any size are checked exactly by their reader.
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +40,10 @@ struct value::member {
 /// Parses `text` (one value, surrounded by whitespace at most); throws std::runtime_error
 /// saying what is wrong where, as "byte 12: expected ':'". Nesting deeper than 64 is refused.
 value parse(std::string_view text);
+
+/// Reads and parses the file `file`; throws std::runtime_error("WHO: FILE: cannot open it") or
+/// ("WHO: FILE: not JSON: " and what parse says), `who` naming the reader.
+value parse_file(const std::filesystem::path& file, std::string_view who);
 
 /// `s` as a JSON string literal, quotes included.
 std::string quote(std::string_view s);

@@ -9,7 +9,6 @@
 #include "io/json.hpp"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -27,17 +26,7 @@ namespace {
 }
 
 json::value read_json(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    refuse(file, "cannot open it");
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  try {
-    return json::parse(text.str());
-  } catch (const std::exception& e) {
-    refuse(file, std::string("not JSON: ") + e.what());
-  }
+  return json::parse_file(file, "cotensor::lm::model");
 }
 
 std::int64_t whole(const std::filesystem::path& file, const json::value& config, const char* key) {

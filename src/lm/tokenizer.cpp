@@ -14,9 +14,7 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 #include <unicode/normalizer2.h>
 #include <unicode/regex.h>
@@ -226,18 +224,7 @@ void tokenizer::impl::read_post_processor(const std::filesystem::path& file,
 
 tokenizer tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
   using kind = json::value::kind;
-  std::ifstream in(tokenizer_json, std::ios::binary);
-  if (!in) {
-    refuse(tokenizer_json, "cannot open it");
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  json::value root;
-  try {
-    root = json::parse(text.str());
-  } catch (const std::exception& e) {
-    refuse(tokenizer_json, std::string("not JSON: ") + e.what());
-  }
+  const json::value root = json::parse_file(tokenizer_json, "cotensor::lm::tokenizer");
   auto p = std::make_shared<impl>();
   p->read_model(tokenizer_json, member(tokenizer_json, root, "model", kind::object));
 
