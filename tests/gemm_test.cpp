@@ -5,12 +5,13 @@
 
 #include "cotensor/cotensor.hpp"
 
+#include "support/scoped_environment.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,31 +20,7 @@ namespace {
 using cotensor::bfloat16_t;
 using cotensor::dtype;
 using cotensor::tensor;
-
-// Sets an environment variable for the life of the object, then restores it. Set while no op
-// runs: the GEMM reads it on a worker when it starts.
-class scoped_environment {
-public:
-  scoped_environment(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      old_ = old;
-    }
-    ::setenv(name, value, 1);
-  }
-  scoped_environment(const scoped_environment&) = delete;
-  scoped_environment& operator=(const scoped_environment&) = delete;
-  ~scoped_environment() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
-private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using cotensor::test::scoped_environment;
 
 bool cpu_has_avx512() {
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -4,6 +4,7 @@
 
 #include "cpu/openblas.hpp"
 #include "support/environment.hpp"
+#include "support/scoped_environment.hpp"
 
 #include <doctest/doctest.h>
 
@@ -226,7 +227,7 @@ TEST_SUITE("ops") {
     };
     const bool opened_before = mapped();
     // The float32 GEMM on OpenBLAS, not cotensor's own kernel (the CPU may have AVX-512).
-    ::setenv("COTENSOR_GEMM_F32", "openblas", 1);
+    const cotensor::test::scoped_environment blas("COTENSOR_GEMM_F32", "openblas");
     runtime rt({.worker_threads = 1, .inline_small_ops = false});
     std::shared_lock reading(detail::environment_mutex());
     const tensor product = matmul(full({2, 2}, 1.0F), full({2, 2}, 3.0F));
@@ -243,7 +244,6 @@ TEST_SUITE("ops") {
     }
     reading.unlock();
     waiter.join();
-    ::unsetenv("COTENSOR_GEMM_F32");
     CHECK(done.load());
     CHECK(mapped());
     CHECK(product.to_vector() == std::vector<float>{6, 6, 6, 6});

@@ -5,6 +5,7 @@
 #include "engine/faults.hpp"
 #include "support/gate.hpp"
 #include "support/run.hpp"
+#include "support/scoped_environment.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -72,13 +73,7 @@ constexpr bool quarantines_frees = false;
 constexpr bool quarantines_frees = false;
 #endif
 
-struct env_var {
-  env_var(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  env_var(const env_var&) = delete;
-  env_var& operator=(const env_var&) = delete;
-  ~env_var() { ::unsetenv(name_); }
-  const char* name_;
-};
+using cotensor::test::scoped_environment;
 
 }  // namespace
 
@@ -268,10 +263,10 @@ TEST_SUITE("runtime") {
 
   TEST_CASE("the environment configures the default options" * doctest::timeout(10)) {
     {
-      env_var engine("COTENSOR_ENGINE", "naive");
-      env_var threads("COTENSOR_NUM_THREADS", "3");
-      env_var limit("COTENSOR_MAX_IN_FLIGHT", "77");
-      env_var spin("COTENSOR_WAIT_SPIN_US", "40");
+      scoped_environment engine("COTENSOR_ENGINE", "naive");
+      scoped_environment threads("COTENSOR_NUM_THREADS", "3");
+      scoped_environment limit("COTENSOR_MAX_IN_FLIGHT", "77");
+      scoped_environment spin("COTENSOR_WAIT_SPIN_US", "40");
       auto options = runtime_options::from_environment();
       CHECK(options.synchronous);
       CHECK(options.worker_threads == 3);
@@ -280,29 +275,30 @@ TEST_SUITE("runtime") {
     }
     CHECK(runtime_options::from_environment().wait_spin == std::chrono::microseconds(0));
     {
-      env_var spin("COTENSOR_WAIT_SPIN_US", "-5");
+      scoped_environment spin("COTENSOR_WAIT_SPIN_US", "-5");
       CHECK_THROWS_WITH_AS(runtime_options::from_environment(),
                            "cotensor: environment variable COTENSOR_WAIT_SPIN_US='-5' is not an "
                            "integer from 0 to 4294967295",
                            std::invalid_argument);
     }
     {
-      env_var limit("COTENSOR_MAX_IN_FLIGHT", "lots");
+      scoped_environment limit("COTENSOR_MAX_IN_FLIGHT", "lots");
       CHECK_THROWS_WITH_AS(runtime_options::from_environment(),
                            "cotensor: environment variable COTENSOR_MAX_IN_FLIGHT='lots' is not a "
                            "non-negative integer",
                            std::invalid_argument);
     }
     {
-      env_var threads("COTENSOR_NUM_THREADS", "99999999999");  // does not fit an unsigned
+      scoped_environment threads("COTENSOR_NUM_THREADS",
+                                 "99999999999");  // does not fit an unsigned
       CHECK_THROWS_AS(runtime_options::from_environment(), std::invalid_argument);
     }
     {
-      env_var threads("COTENSOR_NUM_THREADS", "");  // empty reads as unset
+      scoped_environment threads("COTENSOR_NUM_THREADS", "");  // empty reads as unset
       CHECK(runtime_options::from_environment().worker_threads == runtime_options{}.worker_threads);
     }
     {
-      env_var engine("COTENSOR_ENGINE", "turbo");
+      scoped_environment engine("COTENSOR_ENGINE", "turbo");
       CHECK_THROWS_WITH_AS(runtime_options::from_environment(),
                            "cotensor: environment variable COTENSOR_ENGINE='turbo' is not "
                            "'threaded' or 'naive'",
