@@ -2,23 +2,32 @@
 
 /// \file
 /// Language models: a Hugging Face model folder's tokenizer (`tokenizer.json`) and model
-/// (`model`: GPT-2, Llama, Qwen2 and Mistral layouts, logits without a cache so far), and the
-/// text of a sequence's ids as they come (`text_stream`). Generation (sampling, a cache, the
-/// continuous-batching scheduler) is not here yet.
+/// (`model`: GPT-2, Llama, Qwen2 and Mistral layouts), generation token by token with a
+/// continuous-batching scheduler over a paged key/value cache (`generator`, `sequence`), and the
+/// text of a sequence's ids as they come (`text_stream`).
 ///
 /// Thread safety: a `tokenizer` is immutable once made; any number of threads may call its const
 /// members at once, and copies share one table (copying is cheap). A `text_stream` is one
 /// sequence's: one thread at a time. A `model` is immutable once loaded: its const members may be
-/// called from any thread, and copies share its weights.
+/// called from any thread, and copies share its weights. A `generator`'s members may be called
+/// from any thread; a `sequence` is one consumer's (one `async_next` at a time).
 
+#include "cotensor/asio.hpp"
+#include "cotensor/detail/async_wait.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/dtype.hpp"
 #include "cotensor/tensor.hpp"
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/system/error_code.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -132,13 +141,188 @@ public:
   std::string_view architecture() const noexcept;
   /// The most ids a sequence may have (`n_positions`, `max_position_embeddings`).
   std::int64_t context_length() const noexcept;
+  /// The ids that end a generation: `eos_token_id` of generation_config.json, else of
+  /// config.json (a number or a list; none if neither has it).
+  std::span<const std::int32_t> eos_token_ids() const noexcept;
 
   /// The weights and shape of a model (src/lm/model.cpp).
   struct impl;
 
 private:
+  friend class generator;
   explicit model(std::shared_ptr<const impl> p) noexcept;
   std::shared_ptr<const impl> impl_;
+};
+
+/// How a sequence picks its tokens and when it ends (vLLM's `SamplingParams`, its defaults).
+struct sampling_params {
+  /// Divides the logits before the softmax; 0 picks the most likely token (greedy, the lowest
+  /// id among equals). Negative or NaN is refused.
+  float temperature = 1.0F;
+  /// Keeps the `top_k` most likely tokens (the lower id first among equals); 0 keeps all.
+  int top_k = 0;
+  /// Keeps the most likely tokens whose probabilities add up to `top_p` (at least one), in
+  /// (0, 1].
+  float top_p = 1.0F;
+  /// The seed of the sequence's random numbers (Philox-4x32-10, one number per token): the same
+  /// seed, prompt and parameters give the same tokens whatever the batch and thread count. None:
+  /// a seed from std::random_device.
+  std::optional<std::uint64_t> seed{};
+  /// The most tokens to generate (at least 1); a sequence also ends at the model's context.
+  int max_tokens = 16;
+  /// Texts that end the sequence: the token whose text completes one is the last delivered
+  /// (its text holds the stop text; a server trims it).
+  std::vector<std::string> stop{};
+  /// Goes on past the model's end-of-sequence ids (delivering them) instead of stopping before.
+  bool ignore_eos = false;
+};
+
+/// Why a sequence ended.
+enum class finish_reason : std::uint8_t {
+  none,       ///< not finished
+  stop,       ///< an end-of-sequence id (not delivered) or a stop text
+  length,     ///< `max_tokens` generated, or the model's context full
+  cancelled,  ///< cancelled: its `async_next` cancelled, the `sequence` destroyed, or the
+              ///< generator destroyed
+  error,      ///< a step's forward pass failed (`sequence::error()` holds why)
+};
+
+/// A `generator`'s limits. The key/value cache is a pool of blocks of `block_size` tokens.
+struct generator_options {
+  /// The most sequences generating at once (one step batches all of them).
+  std::size_t max_running = 64;
+  /// The most sequences waiting for room; `submit` past it throws std::length_error.
+  std::size_t max_waiting = 1024;
+  /// Bytes of the key/value cache; 0: enough for `max_running` sequences of the whole context,
+  /// at most 512 MiB.
+  std::size_t kv_cache_bytes = 0;
+  /// Tokens per block of the cache (16, as vLLM).
+  std::int64_t block_size = 16;
+  /// The most tokens one step computes, over all sequences (decode tokens first, then prompt
+  /// chunks).
+  std::int64_t token_budget = 512;
+  /// The most prompt tokens of one sequence in one step (chunked prefill: a long prompt never
+  /// holds other sequences' tokens back for long).
+  std::int64_t prefill_chunk = 256;
+  /// A sequence with this many tokens not yet taken by `async_next` is paused (skipped by the
+  /// steps) until its reader catches up: a slow reader never makes memory grow.
+  std::size_t max_unread = 64;
+  /// Identical prompt prefixes share full cache blocks (found by a hash of their tokens,
+  /// checked id for id), so a repeated prefix is computed once.
+  bool prefix_caching = true;
+};
+
+/// What a `generator` is doing, read at one moment.
+struct generator_stats {
+  std::size_t running = 0;           ///< sequences admitted and not finished
+  std::size_t waiting = 0;           ///< sequences waiting for room
+  std::size_t kv_blocks_used = 0;    ///< cache blocks held by sequences
+  std::size_t kv_blocks_total = 0;   ///< cache blocks in the pool
+  std::uint64_t steps = 0;           ///< forward passes run
+  std::uint64_t tokens_generated = 0;
+  std::uint64_t prompt_tokens_computed = 0;  ///< prompt tokens run through the model
+  std::uint64_t prefix_cache_hits = 0;       ///< prompt tokens taken from shared blocks
+};
+
+/// One generation: the tokens a `generator` picks after a prompt, taken one at a time.
+///
+/// Move-only. Destroying it (or moving another into it) cancels the generation: its cache blocks
+/// go back to the pool at the next step.
+class sequence {
+public:
+  struct state;
+
+  sequence() = default;
+  sequence(sequence&&) noexcept = default;
+  sequence& operator=(sequence&& other) noexcept;
+  sequence(const sequence&) = delete;
+  sequence& operator=(const sequence&) = delete;
+  ~sequence();
+
+  /// Waits for the sequence's next token. Any Asio completion token; signature
+  /// `void(boost::system::error_code, std::optional<std::int32_t>)`: the next id, or
+  /// `std::nullopt` once the sequence has finished (`finish_reason()` says why). Tokens are
+  /// kept until taken (at most `max_unread`: the sequence pauses past it).
+  ///
+  /// Completion: on the handler's associated executor (cotensor's I/O executor if none), never
+  /// inside this call. Errors: `operation_aborted` when the wait is cancelled (Asio's
+  /// per-operation cancellation, any type), which also cancels the sequence; `io_error` when a
+  /// step failed (`error()` holds the exception); `in_progress` when another `async_next` of
+  /// this sequence is pending; `bad_descriptor` on an empty (moved-from) sequence. With
+  /// `asio::use_awaitable`: `while (auto id = co_await seq.async_next(asio::use_awaitable))`.
+  template <class CompletionToken>
+  auto async_next(CompletionToken&& token) {
+    using signature = void(boost::system::error_code, std::optional<std::int32_t>);
+    return asio::async_initiate<CompletionToken, signature>(
+        [](auto handler, std::shared_ptr<state> s) {
+          auto slot = asio::get_associated_cancellation_slot(handler);
+          auto ex = asio::get_associated_executor(handler, detail::fallback_executor());
+          auto done = [handler = std::move(handler), s](std::exception_ptr e) mutable {
+            auto [ec, id] = take_next(s, std::move(e));
+            std::move(handler)(ec, id);
+          };
+          detail::async_wait_with(
+              asio::bind_cancellation_slot(slot, asio::bind_executor(ex, std::move(done))),
+              [s](detail::waiter& w) { start_next(s, w); });
+        },
+        token, state_);
+  }
+
+  /// Why the sequence ended (`none` while it runs).
+  lm::finish_reason finish_reason() const noexcept;
+  /// Why a step failed, when `finish_reason()` is `error`; else null.
+  std::exception_ptr error() const;
+  /// The prompt's ids (as submitted).
+  std::size_t prompt_size() const noexcept;
+  /// Cancels the generation: `async_next` then gives `std::nullopt`, `finish_reason()`
+  /// `cancelled`, and the cache blocks go back at the next step. Nothing if it has finished.
+  void cancel() noexcept;
+
+private:
+  friend class generator;
+  explicit sequence(std::shared_ptr<state> s) noexcept : state_(std::move(s)) {}
+  static void start_next(const std::shared_ptr<state>& s, detail::waiter& w);
+  static std::pair<boost::system::error_code, std::optional<std::int32_t>>
+  take_next(const std::shared_ptr<state>& s, std::exception_ptr wait_error);
+
+  std::shared_ptr<state> state_;
+};
+
+/// The continuous-batching scheduler of one model: every step runs one forward pass over the
+/// next token of every running sequence and chunks of waiting prompts, under a token budget;
+/// sequences join and leave between steps. The key/value cache is a pool of blocks with a block
+/// table per sequence; a sequence is admitted once the blocks for its prompt and `max_tokens`
+/// are free (it waits until then, in submission order).
+///
+/// Steps run on a thread of the generator's own, which blocks on the forward pass's results (no
+/// Asio thread ever does); tokens reach their readers through `sequence::async_next`. Sampling
+/// runs there too, per sequence with its own seed, so batching changes no sequence's tokens.
+class generator {
+public:
+  /// A scheduler for `m` (it keeps a copy, which shares the weights), with its cache allocated
+  /// on the model's device. Throws std::invalid_argument for options out of range (a zero
+  /// limit, a cache smaller than one sequence's block).
+  explicit generator(const lm::model& m, generator_options options = {});
+  /// Stops the steps, cancels every sequence not finished (their `async_next` gives
+  /// `std::nullopt`, `finish_reason()` `cancelled`) and waits for the step running, if any.
+  ~generator();
+  generator(const generator&) = delete;
+  generator& operator=(const generator&) = delete;
+
+  /// Starts generating after `prompt` (ids, e.g. `model.tokenizer().encode(text)`). Throws
+  /// std::invalid_argument for an empty prompt, one that fills the context, parameters out of
+  /// range, or a sequence needing more cache blocks than the pool has; std::out_of_range for an
+  /// id past the vocabulary; std::length_error when `max_waiting` sequences wait already.
+  sequence submit(std::vector<std::int32_t> prompt, sampling_params params = {});
+
+  /// The scheduler's figures now.
+  generator_stats stats() const;
+
+  /// The scheduler's state (src/lm/generator.cpp).
+  struct state;
+
+private:
+  std::shared_ptr<state> state_;
 };
 
 }  // namespace cotensor::lm

@@ -174,6 +174,35 @@ tensor log_softmax(const tensor& x);
 /// (x − mean) / √(var + eps) · weight + bias over the last axis; `weight` and `bias` have the
 /// last axis's extent (either may be an empty tensor for none); float dtypes.
 tensor layer_norm(const tensor& x, const tensor& weight, const tensor& bias, double eps = 1e-5);
+/// x / √(mean(x²) + eps) · weight over the last axis (RMSNorm, as Llama's); `weight` has the
+/// last axis's extent and x's dtype; float dtypes (the mean in double).
+tensor rms_norm(const tensor& x, const tensor& weight, double eps = 1e-6);
+
+// The ops of transformer language models (<cotensor/lm.hpp> is made of them). CPU kernels so
+// far: on another device they throw std::invalid_argument naming the op and the device.
+
+/// Rotary position embedding of `x` [rows, heads · head_dim] (rotating halves, as Hugging
+/// Face's Llama): row r's heads are rotated by angles positions[r] · theta^(−2i / head_dim),
+/// computed in float and rounded once. `positions` is int64 [rows]; `head_dim` even.
+tensor rotary_embedding(const tensor& x, const tensor& positions, std::int64_t head_dim,
+                        double theta = 10000.0);
+/// Writes row r of `rows` (its first axis) into row index[r] of `dst` seen as rows of the same
+/// size, in place: the ops issued before it that read `dst` see the old rows, those after it
+/// the new (a key/value cache's writes). `index` is int64 [rows]; an index outside `dst` fails
+/// the op with std::out_of_range, writing nothing.
+void scatter_rows(const tensor& dst, const tensor& index, const tensor& rows);
+/// Causal attention over a paged key/value cache: `q` [tokens, heads · head_dim]; `k_cache`
+/// and `v_cache` [blocks, block_size, kv_heads, head_dim]; query row r belongs to the sequence
+/// at row sequence[r] of `block_tables` [sequences, width] and sees that sequence's keys
+/// 0 .. context[r] − 1, key j at slot j % block_size of block block_tables[s, j / block_size].
+/// Head h uses key/value head h / (heads / kv_heads). Returns softmax(q·kᵀ · scale)·v per row
+/// and head, [tokens, heads · head_dim], in float with a running maximum (no [tokens, keys]
+/// matrix) and keys in order, so that a row's result does not depend on the other rows. Index
+/// tensors are int64; an out-of-range sequence, block or context fails the op with
+/// std::out_of_range.
+tensor paged_attention(const tensor& q, const tensor& k_cache, const tensor& v_cache,
+                       const tensor& block_tables, const tensor& sequence, const tensor& context,
+                       double scale);
 
 /// The sum of all elements, as a rank-0 tensor: int64 for bool and integer tensors (wrapping),
 /// the tensor's dtype for floats (float16/bfloat16 accumulate in float32).

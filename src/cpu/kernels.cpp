@@ -187,6 +187,10 @@ constinit const kernel_table kernel_table_of_cpu{
     .index_select = index_select,
     .softmax = softmax,
     .layer_norm = layer_norm,
+    .rms_norm = rms_norm,
+    .rope = rope,
+    .scatter_rows = scatter_rows,
+    .paged_attention = paged_attention,
     .randn = randn,
     .host_chunks = parallel_chunks,
 };

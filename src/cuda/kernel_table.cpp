@@ -335,6 +335,10 @@ const kernel_table kernel_table_of_cuda = {
     .index_select = index_select,
     .softmax = softmax,
     .layer_norm = layer_norm,
+    .rms_norm = nullptr,  // the language-model kernels are the CPU's so far: the ops refuse
+    .rope = nullptr,
+    .scatter_rows = nullptr,
+    .paged_attention = nullptr,
     .randn = randn,
     .host_chunks = nullptr,  // the host cannot touch device memory: `map` refuses
 };

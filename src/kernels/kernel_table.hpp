@@ -253,6 +253,75 @@ struct layer_norm_args {
   double eps;
 };
 
+/// x / √(mean(x²) + eps) · weight over each row of [rows, cols] (RMSNorm, Llama's); `weight`
+/// is [cols]; the mean in double, the scaling in float (double for float64).
+struct rms_norm_args {
+  dtype t;
+  const void* in;
+  const void* weight;
+  void* out;
+  std::int64_t rows;
+  std::int64_t cols;
+  double eps;
+};
+
+/// Rotary position embedding, rotating halves (`rotate_half`, as Hugging Face's Llama): for
+/// each row r of [rows, heads · head_dim] and each head, with i < head_dim / 2 and angle
+/// a = positions[r] · theta^(−2i / head_dim) (the frequency rounded to float, the angle a float
+/// product): out[i] = x[i]·cos a − x[i + half]·sin a, out[i + half] = x[i + half]·cos a +
+/// x[i]·sin a, computed in float and rounded once.
+struct rope_args {
+  dtype t;
+  const void* in;
+  void* out;
+  const std::int64_t* positions;
+  std::int64_t rows;
+  std::int64_t heads;
+  std::int64_t head_dim;
+  double theta;
+};
+
+/// out[index[r], :] = in[r, :] for `rows` rows of `row_bytes` bytes, `out` holding `out_rows`
+/// rows: an in-place scatter (a key/value cache's writes). An index outside [0, out_rows)
+/// throws std::out_of_range before anything is written; repeated indices write in row order.
+struct scatter_rows_args {
+  const void* in;
+  void* out;
+  std::size_t row_bytes;
+  const std::int64_t* index;
+  std::int64_t rows;
+  std::int64_t out_rows;
+};
+
+/// Causal attention of `tokens` query rows over a paged key/value cache. q and out are
+/// [tokens, heads · head_dim]; each cache is [blocks, block_size, kv_heads · head_dim]. Query
+/// row r belongs to sequence `sequence[r]` (a row of `block_tables`, [sequences, table_width])
+/// and sees that sequence's keys 0 .. context[r] − 1, key j being at slot j % block_size of
+/// block block_tables[sequence[r], j / block_size]. Head h reads key/value head
+/// h / (heads / kv_heads). Scores q·k · scale, a softmax and the weighted sum of values,
+/// computed in float with a running maximum (no [tokens, keys] matrix), keys in order: a row's
+/// result does not depend on the other rows. An out-of-range sequence, block or context throws
+/// std::out_of_range.
+struct paged_attention_args {
+  dtype t;
+  const void* q;
+  const void* k_cache;
+  const void* v_cache;
+  void* out;
+  std::int64_t tokens;
+  std::int64_t heads;
+  std::int64_t kv_heads;
+  std::int64_t head_dim;
+  std::int64_t blocks;
+  std::int64_t block_size;
+  const std::int64_t* block_tables;
+  std::int64_t sequences;
+  std::int64_t table_width;
+  const std::int64_t* sequence;
+  const std::int64_t* context;
+  double scale;
+};
+
 /// Standard normal samples: element i from Philox-4x32-10 block i/4 of stream `stream` under
 /// key `seed`, through Box-Muller: the same bits on every device. float16/bfloat16 are the
 /// float32 samples rounded.
@@ -298,6 +367,10 @@ struct kernel_table {
   void (*index_select)(const index_select_args&);
   void (*softmax)(const softmax_args&);
   void (*layer_norm)(const layer_norm_args&);
+  void (*rms_norm)(const rms_norm_args&);
+  void (*rope)(const rope_args&);
+  void (*scatter_rows)(const scatter_rows_args&);
+  void (*paged_attention)(const paged_attention_args&);
   void (*randn)(const randn_args&);
   /// Calls `f(begin, end)` over `[0, n)` in chunks of about `grain`, in parallel, on host
   /// threads that may touch the device's memory (`map`'s user functions); null for a device

@@ -1,12 +1,13 @@
-// A Hugging Face model folder as a cotensor::lm::model (<cotensor/lm.hpp>): GPT-2 so far, its
-// forward pass composed of the public ops (no cache): embedding lookups, layer norms, matmuls,
-// causal attention head by head (scores, mask, softmax, weighted sum), gelu_new, the tied head.
+// A Hugging Face model folder as a cotensor::lm::model (<cotensor/lm.hpp>): its config, its
+// weights checked for shape and converted to the model's dtype, its end-of-sequence ids. The
+// forward passes are in forward.cpp.
 
 #include "cotensor/io.hpp"
 #include "cotensor/lm.hpp"
 #include "cotensor/ops.hpp"
 
 #include "io/json.hpp"
+#include "lm/model_impl.hpp"
 
 #include <cmath>
 #include <limits>
@@ -77,40 +78,6 @@ std::map<std::string, tensor> read_weights(const std::filesystem::path& dir, dev
 
 }  // namespace
 
-struct model::impl {
-  enum class family : std::uint8_t { gpt2, llama };
-  struct gpt2_block {
-    tensor ln1_w, ln1_b, attn_w, attn_b, attn_proj_w, attn_proj_b;
-    tensor ln2_w, ln2_b, fc_w, fc_b, mlp_proj_w, mlp_proj_b;
-  };
-  // Linear weights transposed at load ([in, out]): x · w. Biases empty where there are none.
-  struct llama_block {
-    tensor in_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, post_norm, gate_w, up_w, down_w;
-  };
-
-  family kind = family::gpt2;
-  std::string architecture;
-  lm::tokenizer tok;
-  std::int64_t vocab = 0;
-  std::int64_t positions = 0;
-  std::int64_t width = 0;
-  std::int64_t heads = 0;
-  std::int64_t kv_heads = 0;
-  std::int64_t head_dim = 0;
-  double eps = 1e-5;
-  double rope_theta = 10000.0;
-  cotensor::dtype dtype = cotensor::dtype::float32;
-  device where = device::cpu();
-  tensor embed, wpe, head, norm_w, norm_b;
-  std::vector<gpt2_block> gpt2_blocks;
-  std::vector<llama_block> llama_blocks;
-
-  explicit impl(lm::tokenizer t) : tok(std::move(t)) {}
-  tensor forward(std::span<const std::int32_t> ids) const;
-  tensor gpt2_forward(tensor h, const tensor& mask) const;
-  tensor llama_forward(tensor h, const tensor& mask) const;
-};
-
 namespace {
 
 // The tensors of a model folder, each checked for its shape and converted to the model's dtype.
@@ -144,16 +111,6 @@ private:
   cotensor::dtype dtype_;
   std::map<std::string, tensor> all_;
 };
-
-// Softmax(q · kᵀ · scale + mask) · v for one head.
-tensor attend(const tensor& q, const tensor& k, const tensor& v, const tensor& mask, double scale) {
-  return matmul(softmax(matmul(q, transpose(k)) * scale + mask), v);
-}
-
-// x / √(mean(x²) + eps) · w over the last axis (Llama's RMSNorm).
-tensor rms_norm(const tensor& x, const tensor& w, double eps) {
-  return x / sqrt(mean(x * x, 1, true) + eps) * w;
-}
 
 }  // namespace
 
@@ -286,111 +243,30 @@ model model::load(const std::filesystem::path& dir, load_options options) {
                                  weights.linear(h + "mlp.down_proj.weight", d, inner)});
     }
   }
+  // eos_token_id: generation_config.json's, else config.json's; a number or a list.
+  const auto generation_file = dir / "generation_config.json";
+  const json::value generation =
+      std::filesystem::exists(generation_file) ? read_json(generation_file) : json::value{};
+  const json::value* eos = generation.find("eos_token_id");
+  if (eos == nullptr) {
+    eos = config.find("eos_token_id");
+  }
+  if (eos != nullptr) {
+    const std::vector<json::value> one{*eos};
+    for (const json::value& id : eos->type == json::value::kind::array ? eos->items : one) {
+      const auto n = id.as_index();
+      if (id.type != json::value::kind::null && (!n || *n >= p->vocab)) {
+        refuse(config_file, "eos_token_id is not an id of the vocabulary");
+      }
+      if (n) {
+        p->eos.push_back(static_cast<std::int32_t>(*n));
+      }
+    }
+  }
   if (static_cast<std::int64_t>(p->tok.vocab_size()) > p->vocab) {
     refuse(dir / "tokenizer.json", "the tokenizer has more ids than the model's vocab_size");
   }
   return model(std::move(p));
-}
-
-tensor model::impl::forward(std::span<const std::int32_t> ids) const {
-  const auto t = static_cast<std::int64_t>(ids.size());
-  if (t == 0 || t > positions) {
-    throw std::invalid_argument("cotensor::lm::model::logits: " + std::to_string(t) +
-                                " ids; the model takes 1 to " + std::to_string(positions));
-  }
-  std::vector<std::int64_t> index;
-  for (const std::int32_t id : ids) {
-    if (id < 0 || id >= vocab) {
-      throw std::out_of_range("cotensor::lm::model::logits: id " + std::to_string(id) +
-                              " is past the vocabulary (" + std::to_string(vocab) + ")");
-    }
-    index.push_back(id);
-  }
-  // The causal mask: 0 where a position may look (itself and before), −inf after.
-  std::vector<float> mask_values(static_cast<std::size_t>(t * t), 0.0F);
-  for (std::int64_t i = 0; i < t; ++i) {
-    for (std::int64_t j = i + 1; j < t; ++j) {
-      mask_values[static_cast<std::size_t>(i * t + j)] = -std::numeric_limits<float>::infinity();
-    }
-  }
-  const tensor mask = from_vector(mask_values, {t, t}, where).astype(dtype);
-  const tensor h = index_select(embed, 0, from_vector(index, {t}, where));
-  const tensor last =
-      kind == family::gpt2 ? gpt2_forward(h + slice(wpe, 0, 0, t), mask) : llama_forward(h, mask);
-  return matmul(last, head).astype(cotensor::dtype::float32);
-}
-
-tensor model::impl::gpt2_forward(tensor h, const tensor& mask) const {
-  const std::int64_t d = width;
-  const std::int64_t hd = head_dim;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  for (const gpt2_block& b : gpt2_blocks) {
-    const tensor qkv = matmul(layer_norm(h, b.ln1_w, b.ln1_b, eps), b.attn_w) + b.attn_b;
-    std::vector<tensor> outs;
-    for (std::int64_t k = 0; k < heads; ++k) {
-      outs.push_back(attend(slice(qkv, 1, k * hd, (k + 1) * hd),
-                            slice(qkv, 1, d + k * hd, d + (k + 1) * hd),
-                            slice(qkv, 1, 2 * d + k * hd, 2 * d + (k + 1) * hd), mask, scale));
-    }
-    h = h + (matmul(concat(outs, 1), b.attn_proj_w) + b.attn_proj_b);
-    const tensor m = layer_norm(h, b.ln2_w, b.ln2_b, eps);
-    h = h + (matmul(gelu(matmul(m, b.fc_w) + b.fc_b, true), b.mlp_proj_w) + b.mlp_proj_b);
-  }
-  return layer_norm(h, norm_w, norm_b, eps);
-}
-
-tensor model::impl::llama_forward(tensor h, const tensor& mask) const {
-  const std::int64_t t = h.shape()[0];
-  const std::int64_t hd = head_dim;
-  const std::int64_t half = hd / 2;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  // RoPE's cos and sin [t, hd]: position p, frequency θ^(−2i/hd), the halves alike.
-  std::vector<float> cos_values(static_cast<std::size_t>(t * hd));
-  std::vector<float> sin_values(cos_values.size());
-  for (std::int64_t p = 0; p < t; ++p) {
-    for (std::int64_t i = 0; i < half; ++i) {
-      const float inv = static_cast<float>(
-          1.0 / std::pow(rope_theta, static_cast<double>(2 * i) / static_cast<double>(hd)));
-      const float angle = static_cast<float>(p) * inv;
-      for (const std::int64_t j : {i, i + half}) {
-        cos_values[static_cast<std::size_t>(p * hd + j)] = std::cos(angle);
-        sin_values[static_cast<std::size_t>(p * hd + j)] = std::sin(angle);
-      }
-    }
-  }
-  const tensor cos_t = from_vector(cos_values, {t, hd}, where).astype(dtype);
-  const tensor sin_t = from_vector(sin_values, {t, hd}, where).astype(dtype);
-  const auto rope = [&](const tensor& x) {
-    const tensor rotated = concat({slice(x, 1, half, hd) * -1.0, slice(x, 1, 0, half)}, 1);
-    return x * cos_t + rotated * sin_t;
-  };
-  const auto project = [](const tensor& x, const tensor& w, const tensor& b) {
-    return b.defined() ? matmul(x, w) + b : matmul(x, w);
-  };
-  const std::int64_t group = heads / kv_heads;
-  for (const llama_block& b : llama_blocks) {
-    const tensor a = rms_norm(h, b.in_norm, eps);
-    const tensor q = project(a, b.q_w, b.q_b);
-    const tensor k = project(a, b.k_w, b.k_b);
-    const tensor v = project(a, b.v_w, b.v_b);
-    std::vector<tensor> keys;
-    std::vector<tensor> values;
-    for (std::int64_t g = 0; g < kv_heads; ++g) {
-      keys.push_back(rope(slice(k, 1, g * hd, (g + 1) * hd)));
-      values.push_back(slice(v, 1, g * hd, (g + 1) * hd));
-    }
-    std::vector<tensor> outs;
-    for (std::int64_t n = 0; n < heads; ++n) {
-      const tensor qn = rope(slice(q, 1, n * hd, (n + 1) * hd));
-      const auto g = static_cast<std::size_t>(n / group);
-      outs.push_back(attend(qn, keys[g], values[g], mask, scale));
-    }
-    h = h + matmul(concat(outs, 1), b.o_w);
-    const tensor m = rms_norm(h, b.post_norm, eps);
-    const tensor gate = matmul(m, b.gate_w);
-    h = h + matmul(gate * sigmoid(gate) * matmul(m, b.up_w), b.down_w);
-  }
-  return rms_norm(h, norm_w, eps);
 }
 
 const lm::tokenizer& model::tokenizer() const noexcept { return impl_->tok; }
@@ -400,5 +276,7 @@ tensor model::logits(std::span<const std::int32_t> ids) const { return impl_->fo
 std::string_view model::architecture() const noexcept { return impl_->architecture; }
 
 std::int64_t model::context_length() const noexcept { return impl_->positions; }
+
+std::span<const std::int32_t> model::eos_token_ids() const noexcept { return impl_->eos; }
 
 }  // namespace cotensor::lm

@@ -8,8 +8,10 @@ tests/data/lm/ beside each, 1,200 ids:
                SwiGLU of 64, RoPE (theta 10000), RMSNorm, an untied head (the llama3 tokenizer);
 - qwen2-tiny/: Qwen2ForCausalLM, the same with biases on q, k and v, RoPE theta 1e6 and a tied
                head (the qwen2 tokenizer).
-And <name>-expected.safetensors: for a few texts, their ids (`ids_<i>`, int64) and the float32
-logits transformers computes for them (`logits_<i>`, [T, 1200]).
+And <name>-expected.safetensors: for a few texts, their ids (`ids_<i>`, int64), the float32
+logits transformers computes for them (`logits_<i>`, [T, 1200]) and the 32 ids a greedy
+generation adds to them (`greedy_<i>`, int64: each the first largest logit of the whole sequence
+so far, end-of-sequence ids included, as with `ignore_eos`).
 
 Usage: bash tests/data/lm/make_models.sh (a venv of its own with transformers; torch and
 safetensors from the project's environment).
@@ -49,6 +51,10 @@ def save(name, tokenizer_name, make_model):
             logits = model(torch.tensor([ids])).logits[0].float().contiguous()
             tensors[f"ids_{i}"] = torch.tensor(ids, dtype=torch.int64)
             tensors[f"logits_{i}"] = logits
+            sequence = list(ids)
+            for _ in range(32):
+                sequence.append(int(model(torch.tensor([sequence])).logits[0, -1].argmax()))
+            tensors[f"greedy_{i}"] = torch.tensor(sequence[len(ids):], dtype=torch.int64)
     save_file(tensors, str(HERE / f"{name}-expected.safetensors"),
               metadata={"transformers": __import__("transformers").__version__,
                         "torch": torch.__version__})

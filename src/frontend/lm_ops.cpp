@@ -1,0 +1,208 @@
+// The ops transformer language models are made of beyond the general ones (ops.hpp): RMSNorm,
+// rotary position embedding, the key/value cache's in-place scatter and causal attention over
+// a paged cache. Checked here at the call; the kernels are the backends' (kernel_table.hpp).
+
+#include "cotensor/ops.hpp"
+
+#include "frontend/frontend.hpp"
+
+#include <string>
+
+namespace cotensor {
+namespace {
+
+using detail::throw_invalid;
+
+std::string described(const tensor& t) {
+  return std::string(name(t.dtype())) + " " + t.shape().to_string();
+}
+
+// Checks that `t` is a float tensor of rank `rank` and returns the device's kernels for it,
+// after checking that `kernel` (a member of the table) is there.
+template <class Kernel>
+const detail::kernel_table& float_kernels(const char* op, const tensor& t, std::size_t rank,
+                                          Kernel detail::kernel_table::*kernel) {
+  detail::checked(t, op);
+  if (!is_floating(t.dtype()) || t.rank() != rank) {
+    throw_invalid(op, "needs a float tensor of rank " + std::to_string(rank) + ", got " +
+                          described(t));
+  }
+  const detail::kernel_table& k = detail::kernels_checked(op, t.device(), t.dtype());
+  detail::require_kernel(op, t.device(), reinterpret_cast<const void*>(k.*kernel));
+  return k;
+}
+
+// Checks that `index` is an int64 tensor [extent] on x's device.
+void require_index(const char* op, const char* what, const tensor& x, const tensor& index,
+                   std::int64_t extent) {
+  detail::checked(index, op);
+  detail::require_same_device(op, x, index);
+  if (index.dtype() != dtype::int64 || index.shape() != shape{extent}) {
+    throw_invalid(op, std::string(what) + " must be int64 [" + std::to_string(extent) +
+                          "], got " + described(index));
+  }
+}
+
+}  // namespace
+
+tensor rms_norm(const tensor& x, const tensor& weight, double eps) {
+  const char* op = "rms_norm";
+  detail::checked(x, op);
+  if (x.rank() == 0) {
+    throw_invalid(op, "needs a tensor of rank 1 or more");
+  }
+  const std::int64_t cols = x.shape()[x.rank() - 1];
+  const tensor rows2 = reshape(x, {cols == 0 ? 0 : x.numel() / cols, cols});
+  const detail::kernel_table& k = float_kernels(op, rows2, 2, &detail::kernel_table::rms_norm);
+  detail::checked(weight, op);
+  detail::require_same_device(op, x, weight);
+  if (weight.dtype() != x.dtype() || weight.shape() != shape{cols}) {
+    throw_invalid(op, "weight must be " + std::string(name(x.dtype())) + " " +
+                          shape{cols}.to_string() + ", got " + described(weight));
+  }
+  auto out = detail::allocate(op, x.shape(), x.device(), x.dtype());
+  const auto& sin = x.storage();
+  const auto& sw = weight.storage();
+  detail::issue(op, {sin, sw}, {out},
+                [k = &k, t = x.dtype(), pin = sin.get(), pw = sw.get(), po = out.get(),
+                 rows = rows2.shape()[0], cols, eps] {
+                  k->rms_norm({.t = t,
+                               .in = pin->raw(),
+                               .weight = pw->raw(),
+                               .out = po->raw(),
+                               .rows = rows,
+                               .cols = cols,
+                               .eps = eps});
+                });
+  return {detail::internal, std::move(out), x.shape()};
+}
+
+tensor rotary_embedding(const tensor& x, const tensor& positions, std::int64_t head_dim,
+                        double theta) {
+  const char* op = "rotary_embedding";
+  const detail::kernel_table& k = float_kernels(op, x, 2, &detail::kernel_table::rope);
+  const std::int64_t rows = x.shape()[0];
+  const std::int64_t width = x.shape()[1];
+  if (head_dim <= 0 || head_dim % 2 != 0 || width % head_dim != 0) {
+    throw_invalid(op, "head_dim " + std::to_string(head_dim) +
+                          " must be even and divide the row's " + std::to_string(width));
+  }
+  if (!(theta > 0.0)) {
+    throw_invalid(op, "theta must be positive");
+  }
+  require_index(op, "positions", x, positions, rows);
+  auto out = detail::allocate(op, x.shape(), x.device(), x.dtype());
+  const auto& sin = x.storage();
+  const auto& sp = positions.storage();
+  detail::issue(op, {sin, sp}, {out},
+                [k = &k, t = x.dtype(), pin = sin.get(), pp = sp.get(), po = out.get(), rows,
+                 heads = width / head_dim, head_dim, theta] {
+                  k->rope({.t = t,
+                           .in = pin->raw(),
+                           .out = po->raw(),
+                           .positions = pp->data<std::int64_t>(),
+                           .rows = rows,
+                           .heads = heads,
+                           .head_dim = head_dim,
+                           .theta = theta});
+                });
+  return {detail::internal, std::move(out), x.shape()};
+}
+
+void scatter_rows(const tensor& dst, const tensor& index, const tensor& rows) {
+  const char* op = "scatter_rows";
+  detail::checked(dst, op);
+  detail::checked(rows, op);
+  detail::require_same_device(op, dst, rows);
+  if (rows.rank() == 0 || dst.rank() == 0 || rows.dtype() != dst.dtype()) {
+    throw_invalid(op, "needs rows and a destination of rank 1 or more and one dtype, got " +
+                          described(rows) + " into " + described(dst));
+  }
+  const std::int64_t count = rows.shape()[0];
+  const std::int64_t row = count == 0 ? 0 : rows.numel() / count;
+  if (row == 0 || dst.numel() % row != 0) {
+    throw_invalid(op, "rows " + described(rows) + " do not divide " + described(dst));
+  }
+  require_index(op, "index", dst, index, count);
+  const detail::kernel_table& k = detail::kernels_checked(op, dst.device(), dst.dtype());
+  detail::require_kernel(op, dst.device(), reinterpret_cast<const void*>(k.scatter_rows));
+  const auto& sin = rows.storage();
+  const auto& si = index.storage();
+  const auto& so = dst.storage();
+  detail::issue(op, {sin, si}, {so},
+                [k = &k, pin = sin.get(), pi = si.get(), po = so.get(),
+                 row_bytes = static_cast<std::size_t>(row) * itemsize(dst.dtype()), count,
+                 out_rows = dst.numel() / row] {
+                  k->scatter_rows({.in = pin->raw(),
+                                   .out = po->raw(),
+                                   .row_bytes = row_bytes,
+                                   .index = pi->data<std::int64_t>(),
+                                   .rows = count,
+                                   .out_rows = out_rows});
+                });
+}
+
+tensor paged_attention(const tensor& q, const tensor& k_cache, const tensor& v_cache,
+                       const tensor& block_tables, const tensor& sequence, const tensor& context,
+                       double scale) {
+  const char* op = "paged_attention";
+  const detail::kernel_table& k =
+      float_kernels(op, k_cache, 4, &detail::kernel_table::paged_attention);
+  detail::checked(q, op);
+  detail::checked(v_cache, op);
+  detail::require_same_device(op, q, k_cache);
+  detail::require_same_device(op, q, v_cache);
+  const shape& cache = k_cache.shape();  // [blocks, block_size, kv_heads, head_dim]
+  const std::int64_t head_dim = cache[3];
+  if (v_cache.shape() != cache || v_cache.dtype() != k_cache.dtype() ||
+      q.dtype() != k_cache.dtype() || q.rank() != 2 || head_dim == 0 ||
+      q.shape()[1] % head_dim != 0 || (q.shape()[1] / head_dim) % cache[2] != 0) {
+    throw_invalid(op, "needs q [tokens, heads · head_dim] and caches [blocks, block_size, "
+                      "kv_heads, head_dim] of one dtype, heads a multiple of kv_heads; got q " +
+                          described(q) + ", caches " + described(k_cache) + " and " +
+                          described(v_cache));
+  }
+  detail::checked(block_tables, op);
+  detail::require_same_device(op, q, block_tables);
+  if (block_tables.dtype() != dtype::int64 || block_tables.rank() != 2) {
+    throw_invalid(op, "block_tables must be int64 [sequences, width], got " +
+                          described(block_tables));
+  }
+  const std::int64_t tokens = q.shape()[0];
+  require_index(op, "sequence", q, sequence, tokens);
+  require_index(op, "context", q, context, tokens);
+  auto out = detail::allocate(op, q.shape(), q.device(), q.dtype());
+  const auto& sq = q.storage();
+  const auto& sk = k_cache.storage();
+  const auto& sv = v_cache.storage();
+  const auto& sb = block_tables.storage();
+  const auto& ss = sequence.storage();
+  const auto& sc = context.storage();
+  detail::issue(op, {sq, sk, sv, sb, ss, sc}, {out},
+                [k = &k, t = q.dtype(), pq = sq.get(), pk = sk.get(), pv = sv.get(),
+                 pb = sb.get(), ps = ss.get(), pc = sc.get(), po = out.get(), tokens,
+                 heads = q.shape()[1] / head_dim, kv_heads = cache[2], head_dim,
+                 blocks = cache[0], block_size = cache[1], sequences = block_tables.shape()[0],
+                 width = block_tables.shape()[1], scale] {
+                  k->paged_attention({.t = t,
+                                      .q = pq->raw(),
+                                      .k_cache = pk->raw(),
+                                      .v_cache = pv->raw(),
+                                      .out = po->raw(),
+                                      .tokens = tokens,
+                                      .heads = heads,
+                                      .kv_heads = kv_heads,
+                                      .head_dim = head_dim,
+                                      .blocks = blocks,
+                                      .block_size = block_size,
+                                      .block_tables = pb->data<std::int64_t>(),
+                                      .sequences = sequences,
+                                      .table_width = width,
+                                      .sequence = ps->data<std::int64_t>(),
+                                      .context = pc->data<std::int64_t>(),
+                                      .scale = scale});
+                });
+  return {detail::internal, std::move(out), q.shape()};
+}
+
+}  // namespace cotensor

@@ -1,0 +1,73 @@
+#pragma once
+
+// The inside of a cotensor::lm::model, shared by its loader (model.cpp), its forward passes
+// (forward.cpp) and the generator (generator.cpp).
+
+#include "cotensor/lm.hpp"
+#include "cotensor/tensor.hpp"
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace cotensor::lm {
+
+/// The key/value cache's tensors: per layer, keys and values [blocks, block_size, kv_heads,
+/// head_dim] in the model's dtype on its device.
+struct kv_cache {
+  std::vector<tensor> keys;
+  std::vector<tensor> values;
+};
+
+/// One step's tokens (int64 tensors on the model's device): per token its id, position, cache
+/// slot (block · block_size + offset), row of `block_tables` and number of keys it sees; the
+/// block tables [sequences, width]; and the tokens whose logits the step returns.
+struct step_inputs {
+  tensor ids, positions, slots, sequence, context, block_tables, logit_rows;
+};
+
+struct model::impl {
+  enum class family : std::uint8_t { gpt2, llama };
+  struct gpt2_block {
+    tensor ln1_w, ln1_b, attn_w, attn_b, attn_proj_w, attn_proj_b;
+    tensor ln2_w, ln2_b, fc_w, fc_b, mlp_proj_w, mlp_proj_b;
+  };
+  // Linear weights transposed at load ([in, out]): x · w. Biases empty where there are none.
+  struct llama_block {
+    tensor in_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, post_norm, gate_w, up_w, down_w;
+  };
+
+  family kind = family::gpt2;
+  std::string architecture;
+  lm::tokenizer tok;
+  std::int64_t vocab = 0;
+  std::int64_t positions = 0;
+  std::int64_t width = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t head_dim = 0;
+  double eps = 1e-5;
+  double rope_theta = 10000.0;
+  cotensor::dtype dtype = cotensor::dtype::float32;
+  device where = device::cpu();
+  tensor embed, wpe, head, norm_w, norm_b;
+  std::vector<gpt2_block> gpt2_blocks;
+  std::vector<llama_block> llama_blocks;
+
+  std::vector<std::int32_t> eos;
+
+  explicit impl(lm::tokenizer t) : tok(std::move(t)) {}
+  /// The logits of one sequence, no cache (model::logits).
+  tensor forward(std::span<const std::int32_t> ids) const;
+  /// One generation step over the cache: writes the keys and values of `in`'s tokens into
+  /// `cache` and returns the float32 logits [in.logit_rows, vocab].
+  tensor step(const step_inputs& in, const kv_cache& cache) const;
+
+private:
+  tensor gpt2_forward(tensor h, const tensor& mask) const;
+  tensor llama_forward(tensor h, const tensor& mask) const;
+};
+
+
+}  // namespace cotensor::lm

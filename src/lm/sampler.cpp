@@ -1,0 +1,118 @@
+// Token sampling (sampler.hpp): temperature, then top-k, then top-p over the softmax, then one
+// uniform number from Philox-4x32-10 (counter: the token's index, key: the seed) walked along
+// the kept tokens' cumulative probabilities. Ties go to the lower id everywhere.
+
+#include "lm/sampler.hpp"
+
+#include "kernels/philox_normal.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cotensor::lm {
+namespace {
+
+// A uniform double in [0, 1) from 53 bits of Philox block (n, 0, 0, 0) under `seed`.
+double uniform(std::uint64_t seed, std::uint64_t n) {
+  const detail::philox::block c{static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(n >> 32),
+                                0, 0};
+  const detail::philox::block r = detail::philox::generate(
+      c, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+  const std::uint64_t bits = (std::uint64_t{r.x0} << 21) ^ (r.x1 >> 11);
+  return static_cast<double>(bits & ((std::uint64_t{1} << 53) - 1)) * 0x1.0p-53;
+}
+
+std::int32_t greedy(std::span<const float> logits) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) {
+      best = i;
+    }
+  }
+  return static_cast<std::int32_t>(best);
+}
+
+}  // namespace
+
+void check_sampling(const sampling_params& p) {
+  const auto refuse = [](const std::string& what) {
+    throw std::invalid_argument("cotensor::lm::generator::submit: " + what);
+  };
+  if (!(p.temperature >= 0.0F) || std::isinf(p.temperature)) {
+    refuse("temperature must be finite and 0 or more");
+  }
+  if (p.top_k < 0) {
+    refuse("top_k must be 0 (off) or more");
+  }
+  if (!(p.top_p > 0.0F && p.top_p <= 1.0F)) {
+    refuse("top_p must be in (0, 1]");
+  }
+  if (p.max_tokens < 1) {
+    refuse("max_tokens must be 1 or more");
+  }
+  for (const std::string& s : p.stop) {
+    if (s.empty()) {
+      refuse("a stop text is empty");
+    }
+  }
+}
+
+std::int32_t sample(std::span<const float> logits, const sampling_params& p, std::uint64_t seed,
+                    std::uint64_t n) {
+  if (p.temperature == 0.0F || p.top_k == 1) {
+    return greedy(logits);
+  }
+  // The candidates, most likely first when a filter needs an order.
+  std::vector<std::int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const auto higher = [&](std::int32_t a, std::int32_t b) {
+    const float la = logits[static_cast<std::size_t>(a)];
+    const float lb = logits[static_cast<std::size_t>(b)];
+    return la > lb || (la == lb && a < b);
+  };
+  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < ids.size()) {
+    const auto k = static_cast<std::ptrdiff_t>(p.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), higher);
+    ids.resize(static_cast<std::size_t>(k));
+  } else if (p.top_p < 1.0F) {
+    std::sort(ids.begin(), ids.end(), higher);
+  }
+  const double inv_t = 1.0 / static_cast<double>(p.temperature);
+  double top = -INFINITY;
+  for (const std::int32_t id : ids) {
+    top = std::max(top, static_cast<double>(logits[static_cast<std::size_t>(id)]) * inv_t);
+  }
+  std::vector<double> weight(ids.size());
+  double total = 0.0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    weight[i] = std::exp(static_cast<double>(logits[static_cast<std::size_t>(ids[i])]) * inv_t - top);
+    total += weight[i];
+  }
+  std::size_t kept = ids.size();
+  if (p.top_p < 1.0F) {  // `ids` are in order here (sorted, or top-k's sorted prefix)
+    double sum = 0.0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      sum += weight[i];
+      if (sum >= static_cast<double>(p.top_p) * total) {
+        kept = i + 1;
+        break;
+      }
+    }
+    total = std::accumulate(weight.begin(), weight.begin() + static_cast<std::ptrdiff_t>(kept), 0.0);
+  }
+  const double target = uniform(seed, n) * total;
+  double sum = 0.0;
+  for (std::size_t i = 0; i < kept; ++i) {
+    sum += weight[i];
+    if (target < sum) {
+      return ids[i];
+    }
+  }
+  return ids[kept - 1];
+}
+
+}  // namespace cotensor::lm

@@ -1,0 +1,283 @@
+// The continuous-batching steps (<cotensor/lm.hpp>), on the generator's thread. A step
+// retires cancelled sequences, admits waiting ones while the cache has their blocks, packs every
+// running sequence's next token and prompt chunks under the token budget into one forward pass,
+// then samples each row that ends a sequence's known tokens and hands the token to its reader.
+
+#include "cotensor/ops.hpp"
+
+#include "lm/generator_state.hpp"
+#include "lm/sampler.hpp"
+
+#include <algorithm>
+
+namespace cotensor::lm {
+
+void generator::state::loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mutex);
+      wake.wait(lock, [&] { return stopping || poked; });
+      if (stopping) {
+        return;
+      }
+      poked = false;
+    }
+    if (step()) {
+      const std::lock_guard lock(mutex);
+      poked = true;  // go on while there is work
+    }
+  }
+}
+
+namespace {
+
+// One sequence's share of a step: tokens [begin, begin + count) of it, and whether the last of
+// them ends its known tokens (its logits pick the next).
+struct part {
+  sequence::state* s;
+  std::size_t begin;
+  std::size_t count;
+  bool sample;
+};
+
+}  // namespace
+
+bool generator::state::step() {
+  // Cancelled sequences give their blocks back; waiting ones come in while there is room.
+  std::erase_if(running, [&](const std::shared_ptr<sequence::state>& s) {
+    if (s->cancelled.load(std::memory_order_relaxed)) {
+      finish(*s, finish_reason::cancelled);
+      return true;
+    }
+    return false;
+  });
+  {
+    std::unique_lock lock(mutex);
+    std::erase_if(waiting, [&](const std::shared_ptr<sequence::state>& s) {
+      if (s->cancelled.load(std::memory_order_relaxed)) {
+        finish(*s, finish_reason::cancelled);  // it holds no block: no pool state touched
+        return true;
+      }
+      return false;
+    });
+    while (!waiting.empty() && running.size() < options.max_running) {
+      std::shared_ptr<sequence::state> s = waiting.front();
+      if (!s->cancelled.load(std::memory_order_relaxed)) {
+        lock.unlock();
+        const bool admitted = admit(*s);
+        lock.lock();
+        if (!admitted) {
+          break;  // in order: the first waiting sequence waits for blocks
+        }
+        running.push_back(s);
+      } else {
+        lock.unlock();
+        finish(*s, finish_reason::cancelled);
+        lock.lock();
+      }
+      waiting.pop_front();
+    }
+    figures.waiting = waiting.size();
+    figures.running = running.size();
+    figures.kv_blocks_used = static_cast<std::size_t>(blocks.used());
+  }
+
+  // The batch: one token of each generating sequence (from a rotating start, so a budget
+  // smaller than the running set skips each in turn), then prompt chunks.
+  std::vector<part> parts;
+  std::int64_t budget = options.token_budget;
+  const std::size_t n = running.size();
+  for (std::size_t i = 0; i < n && budget > 0; ++i) {
+    sequence::state& s = *running[(rotation + i) % n];
+    if (s.tokens.size() - s.computed == 1 && !s.paused()) {
+      parts.push_back({&s, s.computed, 1, true});
+      --budget;
+    }
+  }
+  rotation = n == 0 ? 0 : (rotation + 1) % n;
+  for (const auto& sp : running) {
+    sequence::state& s = *sp;
+    const std::size_t left = s.tokens.size() - s.computed;
+    if (left > 1 && budget > 0) {
+      const auto count = static_cast<std::size_t>(
+          std::min({static_cast<std::int64_t>(left), options.prefill_chunk, budget}));
+      parts.push_back({&s, s.computed, count, count == left});
+      budget -= static_cast<std::int64_t>(count);
+    }
+  }
+  if (parts.empty()) {
+    return false;
+  }
+
+  const std::int64_t bs = options.block_size;
+  std::vector<std::int64_t> ids, positions, slots, rows, context, logit_rows;
+  std::int64_t width = 1;
+  for (const part& p : parts) {
+    width = std::max(width, static_cast<std::int64_t>(p.s->blocks.size()));
+  }
+  std::vector<std::int64_t> tables(parts.size() * static_cast<std::size_t>(width), 0);
+  std::uint64_t prompt_tokens = 0;
+  for (std::size_t r = 0; r < parts.size(); ++r) {
+    const part& p = parts[r];
+    std::ranges::copy(p.s->blocks, tables.begin() + static_cast<std::ptrdiff_t>(r) * width);
+    for (std::size_t i = p.begin; i < p.begin + p.count; ++i) {
+      const auto at = static_cast<std::int64_t>(i);
+      ids.push_back(p.s->tokens[i]);
+      positions.push_back(at);
+      slots.push_back(p.s->blocks[static_cast<std::size_t>(at / bs)] * bs + at % bs);
+      rows.push_back(static_cast<std::int64_t>(r));
+      context.push_back(at + 1);
+      prompt_tokens += i < p.s->prompt_size ? 1 : 0;
+    }
+    if (p.sample) {
+      logit_rows.push_back(static_cast<std::int64_t>(ids.size()) - 1);
+    }
+  }
+  const bool any_sample = !logit_rows.empty();
+  if (!any_sample) {
+    logit_rows.push_back(0);  // prompt chunks only: the step still needs one row of logits
+  }
+  const device d = net->where;
+  const auto t = static_cast<std::int64_t>(ids.size());
+  std::vector<float> logits;
+  try {
+    const step_inputs in{
+        .ids = from_vector(std::move(ids), {t}, d),
+        .positions = from_vector(std::move(positions), {t}, d),
+        .slots = from_vector(std::move(slots), {t}, d),
+        .sequence = from_vector(std::move(rows), {t}, d),
+        .context = from_vector(std::move(context), {t}, d),
+        .block_tables = from_vector(std::move(tables),
+                                    {static_cast<std::int64_t>(parts.size()), width}, d),
+        .logit_rows = from_vector(logit_rows, {static_cast<std::int64_t>(logit_rows.size())}, d)};
+    logits = net->step(in, cache).to_vector<float>();
+  } catch (...) {
+    // The step failed: so does every sequence in it (their cache contents are unknown).
+    const std::exception_ptr error = std::current_exception();
+    for (const part& p : parts) {
+      finish(*p.s, finish_reason::error, error);
+    }
+    std::erase_if(running, [](const auto& s) { return s->blocks.empty(); });
+    return true;
+  }
+
+  const auto vocab = static_cast<std::size_t>(net->vocab);
+  std::size_t row = 0;
+  std::uint64_t generated = 0;
+  for (const part& p : parts) {
+    sequence::state& s = *p.s;
+    s.computed += p.count;
+    if (options.prefix_caching) {
+      while ((s.published + 1) * static_cast<std::size_t>(bs) <= s.computed) {
+        ++s.published;
+        blocks.publish(s.blocks[s.published - 1], s.tokens,
+                       static_cast<std::int64_t>(s.published) * bs, bs);
+      }
+    }
+    if (p.sample && any_sample) {
+      const std::span<const float> scores(logits.data() + row * vocab, vocab);
+      ++row;
+      after_token(s, sample(scores, s.params, s.seed, static_cast<std::uint64_t>(s.generated)));
+      ++generated;
+    }
+  }
+  std::erase_if(running, [](const auto& s) { return s->blocks.empty(); });
+  const std::lock_guard lock(mutex);
+  ++figures.steps;
+  figures.tokens_generated += generated;
+  figures.prompt_tokens_computed += prompt_tokens;
+  figures.running = running.size();
+  figures.kv_blocks_used = static_cast<std::size_t>(blocks.used());
+  return true;
+}
+
+void generator::state::finish(sequence::state& s, lm::finish_reason why,
+                              std::exception_ptr error) {
+  std::unique_lock lock(s.mutex);
+  if (s.reason == finish_reason::none) {
+    s.reason = why;
+    s.error = std::move(error);
+  }
+  wake_reader(s, lock);
+  for (const std::int64_t b : s.blocks) {
+    blocks.release(b);
+  }
+  s.blocks.clear();
+}
+
+void generator::state::deliver(sequence::state& s, std::int32_t id) {
+  std::unique_lock lock(s.mutex);
+  if (s.reason != finish_reason::none) {
+    return;  // cancelled meanwhile
+  }
+  s.unread.push_back(id);
+  wake_reader(s, lock);
+}
+
+// What follows the sampling of `id` for `s`: delivery, and the end of the sequence if `id`
+// ends it. Returns with `s` finished or still running.
+void generator::state::after_token(sequence::state& s, std::int32_t id) {
+  ++s.generated;
+  const sampling_params& p = s.params;
+  if (!p.ignore_eos && std::ranges::find(net->eos, id) != net->eos.end()) {
+    finish(s, finish_reason::stop);
+    return;
+  }
+  s.tokens.push_back(id);
+  deliver(s, id);
+  if (s.text) {
+    const std::string piece = s.text->push(id);
+    s.tail += piece;
+    std::size_t longest = 0;
+    for (const std::string& stop : p.stop) {
+      longest = std::max(longest, stop.size());
+    }
+    // A stop text ends within the new piece: search the piece and the bytes before it.
+    const std::size_t from = s.tail.size() > piece.size() + longest
+                                 ? s.tail.size() - piece.size() - longest
+                                 : 0;
+    for (const std::string& stop : p.stop) {
+      if (s.tail.find(stop, from) != std::string::npos) {
+        finish(s, finish_reason::stop);
+        return;
+      }
+    }
+    if (s.tail.size() > 4 * longest + 64) {
+      s.tail.erase(0, s.tail.size() - 2 * longest);
+    }
+  }
+  if (s.generated >= p.max_tokens || s.tokens.size() >= s.limit) {
+    finish(s, finish_reason::length);
+  }
+}
+
+bool generator::state::admit(sequence::state& s) {
+  const std::int64_t bs = options.block_size;
+  const std::int64_t need = blocks_for(s.limit, bs);
+  std::vector<std::int64_t> found;
+  if (options.prefix_caching) {
+    // At least the prompt's last token is computed again: its logits start the generation.
+    found = blocks.find(std::span(s.tokens).first(s.prompt_size - 1), bs);
+  }
+  std::int64_t idle = 0;
+  for (const std::int64_t b : found) {
+    idle += blocks.held(b) ? 0 : 1;
+  }
+  if (blocks.available() - idle < need - static_cast<std::int64_t>(found.size())) {
+    return false;
+  }
+  for (const std::int64_t b : found) {
+    blocks.hold(b);
+  }
+  s.blocks = std::move(found);
+  s.computed = s.blocks.size() * static_cast<std::size_t>(bs);
+  s.published = s.blocks.size();
+  while (static_cast<std::int64_t>(s.blocks.size()) < need) {
+    s.blocks.push_back(blocks.allocate());
+  }
+  const std::lock_guard lock(mutex);
+  figures.prefix_cache_hits += s.computed;
+  return true;
+}
+
+}  // namespace cotensor::lm
