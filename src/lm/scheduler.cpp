@@ -161,9 +161,11 @@ bool generator::state::step() {
     return true;
   }
 
+  // Sample every finished row first, count, then hand the tokens over: a reader that has its
+  // token sees figures that count it.
   const auto vocab = static_cast<std::size_t>(net->vocab);
   std::size_t row = 0;
-  std::uint64_t generated = 0;
+  std::vector<std::pair<sequence::state*, std::int32_t>> picked;
   for (const part& p : parts) {
     sequence::state& s = *p.s;
     s.computed += p.count;
@@ -177,15 +179,20 @@ bool generator::state::step() {
     if (p.sample && any_sample) {
       const std::span<const float> scores(logits.data() + row * vocab, vocab);
       ++row;
-      after_token(s, sample(scores, s.params, s.seed, static_cast<std::uint64_t>(s.generated)));
-      ++generated;
+      picked.emplace_back(&s, sample(scores, s.params, s.seed, static_cast<std::uint64_t>(s.generated)));
     }
+  }
+  {
+    const std::lock_guard lock(mutex);
+    ++figures.steps;
+    figures.tokens_generated += picked.size();
+    figures.prompt_tokens_computed += prompt_tokens;
+  }
+  for (const auto& [s, id] : picked) {
+    after_token(*s, id);
   }
   std::erase_if(running, [](const auto& s) { return s->blocks.empty(); });
   const std::lock_guard lock(mutex);
-  ++figures.steps;
-  figures.tokens_generated += generated;
-  figures.prompt_tokens_computed += prompt_tokens;
   figures.running = running.size();
   figures.kv_blocks_used = static_cast<std::size_t>(blocks.used());
   return true;

@@ -1,0 +1,218 @@
+// Language-model generation speed: prefill and decode tokens/s of one stream, and the aggregate
+// tokens/s of C streams at once on one generator, each stream a coroutine awaiting its next
+// token; and the machine's memory bandwidth (a STREAM-style triad), which bounds decode.
+// One JSON object per line, for bench/lm/run.sh beside transformers and CTranslate2.
+//
+//   cotensor_bench_lm MODEL_DIR [--dtype float32|bfloat16|float16] [--prompt P] [--new N]
+//                     [--concurrency 1,4,16,64] [--repeat R]
+//   cotensor_bench_lm --triad
+//   cotensor_bench_lm --quick          (the tiny test model, a few tokens: the CI smoke run)
+//
+// Prompts are random ids of the tokenizer (seeded), generation greedy with `ignore_eos`, so
+// every stream makes exactly N tokens. Figures are medians of R runs after a warm-up.
+
+#include "../common.hpp"
+
+#include <cotensor/cotensor.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+namespace asio = boost::asio;
+namespace lm = cotensor::lm;
+using cotensor_bench::clock_type;
+
+struct figures {
+  double prefill_tok_s = 0;  // prompt tokens / time to the first token (the first stream)
+  double decode_tok_s = 0;   // (N − 1) / time from the first token to the last (the first)
+  double ttft_ms = 0;
+  double aggregate_tok_s = 0;  // all streams' tokens / the wall time
+};
+
+// Runs `streams` sequences of `prompt` random ids and `new_tokens` tokens at once.
+figures run_once(const lm::model& m, lm::generator& g, int streams, int prompt, int new_tokens,
+                 std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::int32_t> id(
+      0, static_cast<std::int32_t>(m.tokenizer().vocab_size()) - 1);
+  asio::io_context io;
+  std::vector<double> first(static_cast<std::size_t>(streams));
+  std::vector<double> last(static_cast<std::size_t>(streams));
+  const auto start = clock_type::now();
+  for (int s = 0; s < streams; ++s) {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(prompt));
+    for (auto& i : ids) {
+      i = id(rng);
+    }
+    auto seq = g.submit(std::move(ids), {.temperature = 0.0F, .max_tokens = new_tokens,
+                                         .ignore_eos = true});
+    asio::co_spawn(
+        io,
+        [&, s, seq = std::move(seq)]() mutable -> asio::awaitable<void> {
+          int n = 0;
+          while (co_await seq.async_next(asio::use_awaitable)) {
+            const double t = cotensor_bench::seconds_since(start);
+            if (n++ == 0) {
+              first[static_cast<std::size_t>(s)] = t;
+            }
+            last[static_cast<std::size_t>(s)] = t;
+          }
+          if (n != new_tokens) {
+            throw std::runtime_error("a stream ended after " + std::to_string(n) + " tokens");
+          }
+        },
+        [](std::exception_ptr e) {
+          if (e) {
+            std::rethrow_exception(e);
+          }
+        });
+  }
+  io.run();
+  const double wall = cotensor_bench::seconds_since(start);
+  figures f;
+  f.ttft_ms = first[0] * 1e3;
+  f.prefill_tok_s = prompt / first[0];
+  f.decode_tok_s = new_tokens > 1 ? (new_tokens - 1) / (last[0] - first[0]) : 0.0;
+  f.aggregate_tok_s = static_cast<double>(streams) * new_tokens / wall;
+  return f;
+}
+
+// a[i] = b[i] + 3·c[i] over three float arrays far larger than the caches, on every core: the
+// best of 5 runs, counting the bytes read and written (3 × 4 per element).
+double triad_gb_s() {
+  const std::size_t n = std::size_t{1} << 26;  // 256 MiB each
+  std::vector<float> a(n, 0.0F);
+  std::vector<float> b(n, 1.0F);
+  std::vector<float> c(n, 2.0F);
+  const unsigned threads = std::max(1U, std::thread::hardware_concurrency());
+  double best = 1e30;
+  for (int run = 0; run < 5; ++run) {
+    const auto start = clock_type::now();
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const std::size_t lo = n * t / threads;
+        const std::size_t hi = n * (t + 1) / threads;
+        for (std::size_t i = lo; i < hi; ++i) {
+          a[i] = b[i] + 3.0F * c[i];
+        }
+      });
+    }
+    for (auto& th : pool) {
+      th.join();
+    }
+    best = std::min(best, cotensor_bench::seconds_since(start));
+  }
+  if (a[n / 2] != 7.0F) {
+    throw std::runtime_error("triad: wrong result");
+  }
+  return 3.0 * 4.0 * static_cast<double>(n) / best / 1e9;
+}
+
+cotensor::dtype dtype_named(const std::string& n) {
+  for (const auto t : {cotensor::dtype::float32, cotensor::dtype::bfloat16,
+                       cotensor::dtype::float16}) {
+    if (cotensor::name(t) == n) {
+      return t;
+    }
+  }
+  throw std::invalid_argument("--dtype " + n + ": not float32, bfloat16 or float16");
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    out.push_back(std::stoi(item));
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string dir;
+  std::string dtype_name = "float32";
+  int prompt = 128;
+  int new_tokens = 64;
+  int repeat = 3;
+  std::vector<int> concurrency{1, 4, 16, 64};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        throw std::invalid_argument(a + " needs a value");
+      }
+      return argv[++i];
+    };
+    if (a == "--triad") {
+      std::printf("{\"triad_gb_s\": %.2f}\n", triad_gb_s());
+      return 0;
+    } else if (a == "--quick") {
+      dir = COTENSOR_BENCH_TINY_MODEL;
+      prompt = 8;
+      new_tokens = 8;
+      repeat = 1;
+      concurrency = {1, 4};
+    } else if (a == "--dtype") {
+      dtype_name = value();
+    } else if (a == "--prompt") {
+      prompt = std::stoi(value());
+    } else if (a == "--new") {
+      new_tokens = std::stoi(value());
+    } else if (a == "--repeat") {
+      repeat = std::stoi(value());
+    } else if (a == "--concurrency") {
+      concurrency = parse_list(value());
+    } else if (!a.starts_with("--") && dir.empty()) {
+      dir = a;
+    } else {
+      throw std::invalid_argument("unknown argument " + a);
+    }
+  }
+  if (dir.empty()) {
+    throw std::invalid_argument("usage: cotensor_bench_lm MODEL_DIR [--dtype D] [--prompt P] "
+                                "[--new N] [--concurrency 1,4,16,64] [--repeat R] | --triad | "
+                                "--quick");
+  }
+  const auto dt = dtype_named(dtype_name);
+  const lm::model m = lm::model::load(dir, {.dtype = dt});
+  const std::string name = std::filesystem::path(dir).filename().string();
+  for (const int c : concurrency) {
+    lm::generator g(m, {.max_running = static_cast<std::size_t>(c),
+                        .token_budget = std::max<std::int64_t>(512, c)});
+    std::vector<figures> runs;
+    run_once(m, g, 1, prompt, std::min(new_tokens, 4), 99);  // warm-up
+    for (int r = 0; r < repeat; ++r) {
+      runs.push_back(run_once(m, g, c, prompt, new_tokens, static_cast<std::uint32_t>(r)));
+    }
+    const auto med = [&](double figures::*field) {
+      std::vector<double> v;
+      for (const figures& f : runs) {
+        v.push_back(f.*field);
+      }
+      return cotensor_bench::median(v);
+    };
+    std::printf("{\"impl\": \"cotensor\", \"model\": \"%s\", \"dtype\": \"%s\", \"prompt\": %d, "
+                "\"new\": %d, \"concurrency\": %d, \"prefill_tok_s\": %.2f, "
+                "\"decode_tok_s\": %.2f, \"ttft_ms\": %.2f, \"aggregate_tok_s\": %.2f}\n",
+                name.c_str(), dtype_name.c_str(), prompt, new_tokens, c,
+                med(&figures::prefill_tok_s), med(&figures::decode_tok_s),
+                med(&figures::ttft_ms), med(&figures::aggregate_tok_s));
+    std::fflush(stdout);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "cotensor_bench_lm: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,205 @@
+// The language-model ops: rms_norm, rotary_embedding, scatter_rows and paged_attention, each
+// against a reference computed here in double, with their errors.
+
+#include <cotensor/cotensor.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+using namespace cotensor;
+
+namespace {
+
+std::vector<float> ramp(std::size_t n, float scale, float shift = 0.0F) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = std::sin(static_cast<float>(i) * scale + shift);
+  }
+  return v;
+}
+
+tensor index(std::vector<std::int64_t> v) {
+  const auto n = static_cast<std::int64_t>(v.size());
+  return from_vector(std::move(v), {n});
+}
+
+}  // namespace
+
+TEST_SUITE("ops.lm") {
+  TEST_CASE("rms_norm scales each row by its root mean square and the weight") {
+    const auto xv = ramp(3 * 8, 0.7F);
+    const auto wv = ramp(8, 0.3F, 1.0F);
+    const auto y = rms_norm(from_vector(xv, {3, 8}), from_vector(wv, {8}), 1e-6).to_vector();
+    for (int r = 0; r < 3; ++r) {
+      double squares = 0;
+      for (int j = 0; j < 8; ++j) {
+        squares += static_cast<double>(xv[r * 8 + j]) * xv[r * 8 + j];
+      }
+      const double inv = 1.0 / std::sqrt(squares / 8 + 1e-6);
+      for (int j = 0; j < 8; ++j) {
+        CHECK(y[r * 8 + j] == doctest::Approx(xv[r * 8 + j] * inv * wv[j]).epsilon(1e-6));
+      }
+    }
+    CHECK(rms_norm(from_vector(xv, {2, 3, 4}), from_vector(ramp(4, 1.0F), {4})).shape() ==
+          shape{2, 3, 4});
+    CHECK_THROWS_AS(rms_norm(from_vector(xv, {3, 8}), from_vector(wv, {8}).astype(dtype::float64)),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(rms_norm(from_vector(xv, {3, 8}), from_vector(ramp(4, 1.0F), {4})),
+                    std::invalid_argument);
+  }
+
+  TEST_CASE("rotary_embedding rotates each head's halves by its row's position") {
+    const std::int64_t heads = 2;
+    const std::int64_t hd = 6;
+    const auto xv = ramp(static_cast<std::size_t>(3 * heads * hd), 0.9F);
+    const std::vector<std::int64_t> pos{0, 5, 17};
+    const double theta = 500.0;
+    const auto y =
+        rotary_embedding(from_vector(xv, {3, heads * hd}), index(pos), hd, theta).to_vector();
+    for (std::size_t r = 0; r < 3; ++r) {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        for (std::int64_t i = 0; i < hd / 2; ++i) {
+          const double angle =
+              static_cast<double>(pos[r]) * std::pow(theta, -2.0 * static_cast<double>(i) / hd);
+          const std::size_t at = r * heads * hd + static_cast<std::size_t>(h * hd + i);
+          const double x0 = xv[at];
+          const double x1 = xv[at + static_cast<std::size_t>(hd / 2)];
+          CHECK(y[at] == doctest::Approx(x0 * std::cos(angle) - x1 * std::sin(angle)).epsilon(1e-5));
+          CHECK(y[at + static_cast<std::size_t>(hd / 2)] ==
+                doctest::Approx(x1 * std::cos(angle) + x0 * std::sin(angle)).epsilon(1e-5));
+        }
+      }
+    }
+    // Position 0 is the identity.
+    CHECK(y[0] == xv[0]);
+    const tensor x = from_vector(xv, {3, heads * hd});
+    CHECK_THROWS_AS(rotary_embedding(x, index(pos), 5), std::invalid_argument);
+    CHECK_THROWS_AS(rotary_embedding(x, index({0, 1}), hd), std::invalid_argument);
+    CHECK_THROWS_AS(rotary_embedding(x, index(pos), hd, 0.0), std::invalid_argument);
+  }
+
+  TEST_CASE("scatter_rows writes rows in place, ordered with the ops around it") {
+    tensor cache = zeros({4, 2, 3});  // 8 rows of 3
+    const tensor before = cache * 1.0;
+    scatter_rows(cache, index({6, 1}), from_vector({1, 2, 3, 4, 5, 6}, {2, 3}));
+    const tensor after = cache * 1.0;
+    const auto b = before.to_vector();
+    const auto a = after.to_vector();
+    CHECK(std::all_of(b.begin(), b.end(), [](float v) { return v == 0.0F; }));
+    CHECK(a[3] == 4.0F);
+    CHECK(a[5] == 6.0F);
+    CHECK(a[18] == 1.0F);
+    CHECK(a[20] == 3.0F);
+    CHECK(sum(after).item<float>() == 21.0F);
+    // An index outside the destination fails the op, writing nothing.
+    scatter_rows(cache, index({0, 8}), from_vector({9, 9, 9, 9, 9, 9}, {2, 3}));
+    CHECK_THROWS_AS(cache.wait(), std::out_of_range);
+    CHECK_THROWS_AS(scatter_rows(cache, index({0}), from_vector({1, 2, 3, 4, 5}, {1, 5})),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(scatter_rows(cache, index({0}), from_vector({1, 2, 3}, {1, 3}).astype(
+                                                        dtype::float64)),
+                    std::invalid_argument);
+  }
+
+  TEST_CASE("paged_attention is softmax(q·kᵀ)·v over each row's keys, block by block") {
+    // Two sequences in a cache of 5 blocks of 2 slots; 4 query heads share 2 key/value heads.
+    const std::int64_t heads = 4;
+    const std::int64_t kv_heads = 2;
+    const std::int64_t hd = 4;
+    const std::int64_t blocks = 5;
+    const std::int64_t bs = 2;
+    const auto kv = static_cast<std::size_t>(blocks * bs * kv_heads * hd);
+    const auto kvals = ramp(kv, 0.37F);
+    const auto vvals = ramp(kv, 0.53F, 0.5F);
+    const tensor kc = from_vector(kvals, {blocks, bs, kv_heads, hd});
+    const tensor vc = from_vector(vvals, {blocks, bs, kv_heads, hd});
+    // Sequence 0 has blocks 3, 0, 4; sequence 1 has block 2.
+    const std::vector<std::int64_t> tables{3, 0, 4, 2, 0, 0};
+    const std::vector<std::int64_t> seq{0, 1, 0};
+    const std::vector<std::int64_t> ctx{5, 2, 1};
+    const auto qv = ramp(static_cast<std::size_t>(3 * heads * hd), 0.21F, 0.3F);
+    const double scale = 0.5;
+    const auto out = paged_attention(from_vector(qv, {3, heads * hd}), kc, vc,
+                                     from_vector(tables, {2, 3}), index(seq), index(ctx), scale)
+                         .to_vector();
+    for (std::size_t r = 0; r < 3; ++r) {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const std::int64_t g = h / (heads / kv_heads);
+        std::vector<double> score;
+        std::vector<std::size_t> slot;
+        for (std::int64_t j = 0; j < ctx[r]; ++j) {
+          const std::int64_t block = tables[static_cast<std::size_t>(seq[r] * 3 + j / bs)];
+          const auto base = static_cast<std::size_t>(((block * bs + j % bs) * kv_heads + g) * hd);
+          double dot = 0;
+          for (std::int64_t i = 0; i < hd; ++i) {
+            dot += static_cast<double>(qv[r * heads * hd + static_cast<std::size_t>(h * hd + i)]) *
+                   kvals[base + static_cast<std::size_t>(i)];
+          }
+          score.push_back(dot * scale);
+          slot.push_back(base);
+        }
+        const double top = *std::max_element(score.begin(), score.end());
+        double total = 0;
+        for (double& s : score) {
+          s = std::exp(s - top);
+          total += s;
+        }
+        for (std::int64_t i = 0; i < hd; ++i) {
+          double want = 0;
+          for (std::size_t j = 0; j < score.size(); ++j) {
+            want += score[j] / total * vvals[slot[j] + static_cast<std::size_t>(i)];
+          }
+          CHECK(out[r * heads * hd + static_cast<std::size_t>(h * hd + i)] ==
+                doctest::Approx(want).epsilon(1e-5));
+        }
+      }
+    }
+    // A row's result does not depend on the rows beside it.
+    const auto alone = paged_attention(slice(from_vector(qv, {3, heads * hd}), 0, 0, 1), kc, vc,
+                                       from_vector(tables, {2, 3}), index({0}), index({5}), scale)
+                           .to_vector();
+    for (std::size_t i = 0; i < alone.size(); ++i) {
+      CHECK(alone[i] == out[i]);
+    }
+    // A context past the table, or a block past the cache, fails the op.
+    const tensor q1 = slice(from_vector(qv, {3, heads * hd}), 0, 0, 1);
+    CHECK_THROWS_AS(paged_attention(q1, kc, vc, from_vector(tables, {2, 3}), index({0}),
+                                    index({7}), scale)
+                        .wait(),
+                    std::out_of_range);
+    CHECK_THROWS_AS(paged_attention(q1, kc, vc, from_vector({9, 0, 0}, {1, 3}).astype(dtype::int64),
+                                    index({0}), index({1}), scale)
+                        .wait(),
+                    std::out_of_range);
+    // Heads that do not divide, or caches of another shape, are refused at the call.
+    CHECK_THROWS_AS(paged_attention(from_vector(ramp(12, 1.0F), {1, 12}), kc, vc,
+                                    from_vector(tables, {2, 3}), index({0}), index({1}), scale),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(paged_attention(q1, kc, reshape(vc, {blocks, bs, 1, 8}),
+                                    from_vector(tables, {2, 3}), index({0}), index({1}), scale),
+                    std::invalid_argument);
+  }
+
+  TEST_CASE("the language-model ops in bfloat16 and float16 stay near float32") {
+    const auto xv = ramp(4 * 16, 0.41F);
+    const tensor x = from_vector(xv, {4, 16});
+    const tensor w = from_vector(ramp(16, 0.2F, 1.0F), {16});
+    const tensor pos = index({0, 3, 9, 40});
+    for (const dtype t : {dtype::bfloat16, dtype::float16}) {
+      CAPTURE(t);
+      const double tol = t == dtype::bfloat16 ? 2e-2 : 2e-3;
+      const auto a = rms_norm(x.astype(t), w.astype(t)).astype(dtype::float32).to_vector();
+      const auto b = rms_norm(x, w).to_vector();
+      const auto c = rotary_embedding(x.astype(t), pos, 8).astype(dtype::float32).to_vector();
+      const auto d = rotary_embedding(x, pos, 8).to_vector();
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        CHECK(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])));
+        CHECK(std::abs(c[i] - d[i]) <= tol * (1 + std::abs(d[i])));
+      }
+    }
+  }
+}
