@@ -273,6 +273,48 @@ TEST_SUITE("gemm") {
     CHECK(results[2] == results[0]);
   }
 
+  TEST_CASE("cotensor's kernels give a row the same bits whatever the rows around it") {
+    // Batch invariance: a decode step of 1 sequence (rows read B in place), of 17 (groups of
+    // 6), of 150 (tiles over packed B), and a product small enough for the calling thread, all
+    // give row 0 of the same operands the same bits (the language models' batching relies on
+    // it). float32 and bfloat16, an odd k and a last panel of B narrower than 64 columns.
+    const std::int64_t k = 301;
+    const std::int64_t n = 333;
+    const auto a = values(150 * k, 21, false);
+    const auto b = values(k * n, 22, false);
+    const auto row0 = [&](dtype t, std::int64_t m, std::int64_t cols) {
+      const tensor ta = cotensor::from_vector(std::vector<bfloat16_t>(a.begin(), a.begin() + m * k),
+                                              {m, k});
+      std::vector<bfloat16_t> bc;
+      for (std::int64_t r = 0; r < k; ++r) {
+        bc.insert(bc.end(), b.begin() + r * n, b.begin() + r * n + cols);
+      }
+      const auto c =
+          cotensor::matmul(ta.astype(t), cotensor::from_vector(bc, {k, cols}).astype(t))
+              .astype(dtype::float32)
+              .to_vector<float>();
+      return std::vector<float>(c.begin(), c.begin() + cols);
+    };
+    if (cpu_has_avx512()) {
+      const scoped_environment forced("COTENSOR_GEMM_F32", "avx512");
+      const auto one = row0(dtype::float32, 1, n);
+      CHECK(row0(dtype::float32, 17, n) == one);
+      CHECK(row0(dtype::float32, 150, n) == one);
+      const auto narrow = row0(dtype::float32, 1, 9);  // 301 · 9 · m: small up to m = 3
+      CHECK(row0(dtype::float32, 2, 9) == narrow);
+      CHECK(row0(dtype::float32, 150, 9) == narrow);
+    }
+    if (cpu_has_avx512_bf16()) {
+      const scoped_environment forced("COTENSOR_GEMM_BF16", "avx512_bf16");
+      const auto one = row0(dtype::bfloat16, 1, n);
+      CHECK(row0(dtype::bfloat16, 17, n) == one);
+      CHECK(row0(dtype::bfloat16, 150, n) == one);
+      const auto narrow = row0(dtype::bfloat16, 1, 9);
+      CHECK(row0(dtype::bfloat16, 2, 9) == narrow);
+      CHECK(row0(dtype::bfloat16, 150, 9) == narrow);
+    }
+  }
+
   TEST_CASE("COTENSOR_GEMM_F32 is read strictly, and a kernel the CPU lacks is refused") {
     const auto a = cotensor::ones({4, 4});
     {

@@ -11,9 +11,11 @@ and the median of each over the R. Prints one JSON line per peer:
    "prefill_tok_s": ..., "decode_tok_s": ..., "ttft_ms": ...}
 Messages (a peer skipped and why, a conversion) go to stderr.
 
-- transformers: `generate` with a copy of the model's generation config whose eos_token_id is
-  None: no stopping criterion on end-of-sequence and no logits processor (min_new_tokens would
-  add one that masks the end-of-sequence logit). The time to the first id is taken by a streamer.
+- transformers: `generate` with the loaded model's generation config's eos_token_id set to None:
+  no stopping criterion on end-of-sequence and no logits processor (min_new_tokens would add one
+  that masks the end-of-sequence logit). A config of one's own passed to `generate` would not do:
+  transformers 5 fills its None fields from the model's. The time to the first id is taken by a
+  streamer.
 - CTranslate2: the folder is converted once with its TransformersConverter into
   $COTENSOR_CACHE/lm-bench/ct2/, the vocabulary padded to the model's (CTranslate2 wants one
   token per row of the embedding; the models' tokenizer has fewer); `generate_tokens` with
@@ -26,7 +28,6 @@ Usage (the python3 of bench/lm/make_models.sh's environment):
                             [--repeat R] [--impl transformers,ctranslate2]
 """
 import argparse
-import copy
 import json
 import os
 import pathlib
@@ -75,10 +76,8 @@ class FirstToken(transformers.generation.BaseStreamer):
 def time_transformers(folder, dtype, ids, new, repeat):
     model = transformers.AutoModelForCausalLM.from_pretrained(
         folder, dtype=getattr(torch, dtype)).eval()
-    config = copy.deepcopy(model.generation_config)
-    config.eos_token_id = None
-    config.pad_token_id = 0
-    config.update(do_sample=False, num_beams=1, use_cache=True, max_new_tokens=new)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
     inputs = torch.tensor([ids])
     mask = torch.ones_like(inputs)
     runs = []
@@ -86,8 +85,8 @@ def time_transformers(folder, dtype, ids, new, repeat):
         for _ in range(repeat + 1):
             streamer = FirstToken()
             start = time.perf_counter()
-            out = model.generate(inputs, attention_mask=mask, generation_config=config,
-                                 streamer=streamer)
+            out = model.generate(inputs, attention_mask=mask, do_sample=False, num_beams=1,
+                                 use_cache=True, max_new_tokens=new, streamer=streamer)
             total = time.perf_counter() - start
             if out.shape[1] != len(ids) + new:
                 raise RuntimeError(f"transformers made {out.shape[1] - len(ids)} ids, not {new}")

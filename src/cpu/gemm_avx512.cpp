@@ -54,6 +54,10 @@ constexpr std::int64_t kc = 256;      // steps along k in a block
 // m · n · k up to which a GEMM runs on the calling thread, unpacked (as the MLP steps of the
 // tests and benchmarks: [8, 16] · [16, 32]).
 constexpr std::int64_t small_product = 8192;
+// Rows up to which B is read in place by groups of 6 rows rather than packed: packing reads B,
+// writes it and reads it again, so for up to three groups (a decode step of a few sequences)
+// reading B once a group costs no more, and needs no scratch as large as B.
+constexpr std::int64_t row_path_rows = 3 * mr;
 
 // float32: a step is one k.
 struct f32_steps {
@@ -82,6 +86,15 @@ struct f32_steps {
     for (std::int64_t j = 0; j < nr; ++j) {
       out[j] = j < cols ? row[j] : 0.0F;
     }
+  }
+
+  // The 16 words of step p at columns [col, col + 16) of B, read in place (all in B).
+  COTENSOR_AVX512_TARGET static __m512 load_b_row(const element* b,
+                                                  std::int64_t /*k*/,
+                                                  std::int64_t n,
+                                                  std::int64_t p,
+                                                  std::int64_t col) {
+    return _mm512_loadu_ps(b + p * n + col);
   }
 
   COTENSOR_AVX512_TARGET static __m512 broadcast(word w) { return _mm512_set1_ps(w); }
@@ -135,6 +148,22 @@ struct bf16_steps {
       const word h = j < cols && hi != nullptr ? hi[j] : 0U;
       out[j] = l | (h << 16);
     }
+  }
+
+  // The 16 words of step p at columns [col, col + 16) of B, read in place (all in B): the
+  // words pack_b_row writes.
+  COTENSOR_AVX512_TARGET static __m512bh load_b_row(const element* b,
+                                                    std::int64_t k,
+                                                    std::int64_t n,
+                                                    std::int64_t p,
+                                                    std::int64_t col) {
+    const element* lo = b + 2 * p * n + col;
+    const __m512i l =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo)));
+    const __m512i h = 2 * p + 1 < k ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                          reinterpret_cast<const __m256i*>(lo + n)))
+                                    : _mm512_setzero_si512();
+    return reinterpret_cast<__m512bh>(_mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
   }
 
   COTENSOR_AVX512_TARGET static __m512bh broadcast(word w) {
@@ -284,29 +313,122 @@ struct column_packing {
   std::int64_t packed;
 };
 
-// c = a · b on the calling thread, float32 sums in k order, for products too small to share
-// (no scratch, no packing).
-template <class Steps>
-void small_gemm(const typename Steps::element* a,
-                const typename Steps::element* b,
-                typename Steps::element* c,
-                std::int64_t m,
-                std::int64_t k,
-                std::int64_t n) {
-  constexpr std::int64_t block = 256;
-  float sums[block];
-  for (std::int64_t i = 0; i < m; ++i) {
-    for (std::int64_t j0 = 0; j0 < n; j0 += block) {
-      const std::int64_t cols = std::min(block, n - j0);
-      std::fill(sums, sums + cols, 0.0F);
-      for (std::int64_t p = 0; p < k; ++p) {
-        const float x = Steps::to_float(a[i * k + p]);
-        const typename Steps::element* row = b + p * n + j0;
-        for (std::int64_t j = 0; j < cols; ++j) {
-          sums[j] += x * Steps::to_float(row[j]);
-        }
+// Rows [0, rows) of c at columns [col0, col0 + 16 · vectors) (fewer at B's end): B read in
+// place, no scratch. Each element is the same sum as the tiled path's, step by step in k order
+// from 0 with the same instruction, so a row's result does not depend on the rows around it or
+// on which path ran.
+template <class Steps, int rows, int vectors>
+COTENSOR_AVX512_TARGET void row_panel(const typename Steps::element* a,
+                                      const typename Steps::element* b,
+                                      typename Steps::element* c,
+                                      std::int64_t k,
+                                      std::int64_t n,
+                                      std::int64_t col0) {
+  using word = typename Steps::word;
+  constexpr std::int64_t width = 16 * vectors;
+  const std::int64_t cols = std::min(width, n - col0);
+  __m512 acc[rows][vectors];
+  for (int r = 0; r < rows; ++r) {
+    for (int v = 0; v < vectors; ++v) {
+      acc[r][v] = _mm512_setzero_ps();
+    }
+  }
+  alignas(64) word tail[width];
+  if (cols < width) {
+    std::fill(tail, tail + width, word{0});
+  }
+  const std::int64_t steps = Steps::steps(k);
+  for (std::int64_t p = 0; p < steps; ++p) {
+    decltype(Steps::load_b(tail)) bv[vectors];
+    if (cols == width) {
+#pragma GCC unroll 16
+      for (int v = 0; v < vectors; ++v) {
+        bv[v] = Steps::load_b_row(b, k, n, p, col0 + 16 * v);
       }
-      Steps::store_row(sums, c + i * n + j0, cols);
+    } else {
+      for (std::int64_t j = 0; j < cols; j += nr) {
+        Steps::pack_b_row(b, k, n, p, col0 + j, std::min(nr, cols - j), tail + j);
+      }
+      for (int v = 0; v < vectors; ++v) {
+        bv[v] = Steps::load_b(tail + 16 * v);
+      }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < rows; ++r) {
+      const auto ar = Steps::broadcast(Steps::a_word(a + r * k, p, k));
+#pragma GCC unroll 16
+      for (int v = 0; v < vectors; ++v) {
+        acc[r][v] = Steps::step(acc[r][v], ar, bv[v]);
+      }
+    }
+  }
+  alignas(64) float sums[width];
+  for (int r = 0; r < rows; ++r) {
+    for (int v = 0; v < vectors; ++v) {
+      _mm512_store_ps(sums + 16 * v, acc[r][v]);
+    }
+    Steps::store_row(sums, c + r * n + col0, cols);
+  }
+}
+
+// row_panel for `rows` (1 to 6) rows at columns [col0, col0 + 256): one row takes the 256
+// columns at once (one contiguous kilobyte of B per step for the prefetcher), more rows 64 at
+// a time.
+template <class Steps>
+void row_tile(const typename Steps::element* a,
+              const typename Steps::element* b,
+              typename Steps::element* c,
+              std::int64_t rows,
+              std::int64_t k,
+              std::int64_t n,
+              std::int64_t col0) {
+  if (rows == 1) {
+    row_panel<Steps, 1, 16>(a, b, c, k, n, col0);
+    return;
+  }
+  for (std::int64_t j = col0; j < std::min(n, col0 + 4 * nr); j += nr) {
+    switch (rows) {
+    case 2:
+      row_panel<Steps, 2, 4>(a, b, c, k, n, j);
+      break;
+    case 3:
+      row_panel<Steps, 3, 4>(a, b, c, k, n, j);
+      break;
+    case 4:
+      row_panel<Steps, 4, 4>(a, b, c, k, n, j);
+      break;
+    case 5:
+      row_panel<Steps, 5, 4>(a, b, c, k, n, j);
+      break;
+    default:
+      row_panel<Steps, 6, 4>(a, b, c, k, n, j);
+      break;
+    }
+  }
+}
+
+// c = a · b for few rows (a decode step's matrix-vector products): groups of at most 6 rows,
+// B's panels of 64 columns shared by the backend's workers (or on the calling thread when the
+// product is small), B read once per group and never packed.
+template <class Steps>
+void row_gemm(const typename Steps::element* a,
+              const typename Steps::element* b,
+              typename Steps::element* c,
+              std::int64_t m,
+              std::int64_t k,
+              std::int64_t n) {
+  constexpr std::int64_t tile = 4 * nr;  // columns
+  const std::int64_t tiles = (n + tile - 1) / tile;
+  for (std::int64_t i0 = 0; i0 < m; i0 += mr) {
+    const std::int64_t rows = std::min(mr, m - i0);
+    const auto* ai = a + i0 * k;
+    auto* ci = c + i0 * n;
+    if (m * n * k <= small_product) {
+      for (std::int64_t t = 0; t < tiles; ++t) {
+        row_tile<Steps>(ai, b, ci, rows, k, n, t * tile);
+      }
+    } else {
+      parallel_tiles(tiles, [&](std::int64_t t) { row_tile<Steps>(ai, b, ci, rows, k, n, t * tile); });
     }
   }
 }
@@ -319,8 +441,8 @@ void gemm(const typename Steps::element* a,
           std::int64_t k,
           std::int64_t n) {
   using word = typename Steps::word;
-  if (m * n * k <= small_product) {
-    small_gemm<Steps>(a, b, c, m, k, n);
+  if (m <= row_path_rows || m * n * k <= small_product) {
+    row_gemm<Steps>(a, b, c, m, k, n);
     return;
   }
   const std::int64_t steps = Steps::steps(k);

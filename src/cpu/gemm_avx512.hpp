@@ -11,8 +11,12 @@
 // fewer rows packed); tiles of 96 rows x 512 columns of C taken by the backend's workers; k
 // walked in blocks of 256 steps with the float32 partial sums of a tile in a worker's scratch.
 // The blocks and their order along k do not depend on the number of workers, so results are
-// bit-identical whatever the thread count. Products of at most 8192 multiply-adds run unpacked on
-// the calling thread. Scratch comes from the pooled host allocator, never the global heap.
+// bit-identical whatever the thread count. Up to 18 rows (a decode step's matrix-vector
+// products), B is read in place by groups of 6 rows, never packed; products of at most 8192
+// multiply-adds run so on the calling thread. Every path computes an element of C with the same
+// instructions in the same k order, so a row's result does not depend on the other rows (batch
+// invariance, which the language models' continuous batching relies on). Scratch comes from the
+// pooled host allocator, never the global heap.
 //
 // vdpbf16ps treats denormal inputs as zero and rounds each of its two additions to nearest
 // even: products of bfloat16 are exact in float32, so an element of C is the float32 sum of
