@@ -85,6 +85,30 @@ void rope_typed(const rope_args& a) {
                   });
 }
 
+// q · k over `n` elements in float: 16 running sums (lane l takes the elements ≡ l mod 16),
+// added pairwise at the end. A fixed order the compiler can vectorise (one sum in order cannot be,
+// without reassociating), the same whatever the rows around.
+template <class T>
+float dot(const T* q, const T* k, std::int64_t n) {
+  constexpr int lanes = 16;
+  float sums[lanes] = {};
+  std::int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    for (int l = 0; l < lanes; ++l) {
+      sums[l] += static_cast<float>(q[i + l]) * static_cast<float>(k[i + l]);
+    }
+  }
+  for (int l = 0; i + l < n; ++l) {
+    sums[l] += static_cast<float>(q[i + l]) * static_cast<float>(k[i + l]);
+  }
+  for (int width = lanes / 2; width > 0; width /= 2) {
+    for (int l = 0; l < width; ++l) {
+      sums[l] += sums[l + width];
+    }
+  }
+  return sums[0];
+}
+
 // One query row's attention for one head: a running maximum and sum over the keys in order.
 template <class T>
 void attend_row(const paged_attention_args& a,
@@ -106,11 +130,7 @@ void attend_row(const paged_attention_args& a,
     const std::int64_t slot = table[j / a.block_size] * a.block_size + j % a.block_size;
     const T* k = kc + slot * row + kv_head * hd;
     const T* v = vc + slot * row + kv_head * hd;
-    float score = 0.0F;
-    for (std::int64_t i = 0; i < hd; ++i) {
-      score += static_cast<float>(q[i]) * static_cast<float>(k[i]);
-    }
-    score *= scale;
+    float score = dot(q, k, hd) * scale;
     if (score > top) {
       const float shrink = std::exp(top - score);  // 0 for the first key
       total *= shrink;
