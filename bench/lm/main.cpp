@@ -1,7 +1,8 @@
 // Language-model generation speed: prefill and decode tokens/s of one stream, and the aggregate
 // tokens/s of C streams at once on one generator, each stream a coroutine awaiting its next
 // token; and the machine's memory bandwidth (a STREAM-style triad), which bounds decode.
-// One JSON object per line, for bench/lm/run.sh beside transformers and CTranslate2.
+// Last, the prefix cache: a prompt's time to first token, then the same prompt's again. One JSON
+// object per line, for bench/lm/run.sh beside transformers and CTranslate2.
 //
 //   cotensor_bench_lm MODEL_DIR [--dtype float32|bfloat16|float16] [--prompt P] [--new N]
 //                     [--concurrency 1,4,16,64] [--repeat R]
@@ -210,6 +211,23 @@ int main(int argc, char** argv) try {
                 med(&figures::prefill_tok_s), med(&figures::decode_tok_s),
                 med(&figures::ttft_ms), med(&figures::aggregate_tok_s));
     std::fflush(stdout);
+  }
+  // The prefix cache: the same prompt again, its time to first token with the blocks found.
+  {
+    lm::generator g(m);
+    std::vector<double> cold;
+    std::vector<double> warm;
+    for (int r = 0; r < std::max(repeat, 1); ++r) {
+      const auto seed = static_cast<std::uint32_t>(1000 + r);
+      cold.push_back(run_once(m, g, 1, prompt, 2, seed).ttft_ms);
+      warm.push_back(run_once(m, g, 1, prompt, 2, seed).ttft_ms);
+    }
+    std::printf("{\"impl\": \"cotensor\", \"model\": \"%s\", \"dtype\": \"%s\", \"prompt\": %d, "
+                "\"prefix_ttft_cold_ms\": %.2f, \"prefix_ttft_warm_ms\": %.2f, "
+                "\"prefix_cache_hits\": %llu}\n",
+                name.c_str(), dtype_name.c_str(), prompt, cotensor_bench::median(cold),
+                cotensor_bench::median(warm),
+                static_cast<unsigned long long>(g.stats().prefix_cache_hits));
   }
   return 0;
 } catch (const std::exception& e) {
