@@ -277,22 +277,21 @@ TEST_SUITE("gemm") {
     // Batch invariance: a decode step of 1 sequence (rows read B in place), of 17 (groups of
     // 6), of 150 (tiles over packed B), and a product small enough for the calling thread, all
     // give row 0 of the same operands the same bits (the language models' batching relies on
-    // it). float32 and bfloat16, an odd k and a last panel of B narrower than 64 columns.
+    // it). float32, bfloat16 and float16, an odd k and a last panel of B narrower than 64 columns.
     const std::int64_t k = 301;
     const std::int64_t n = 333;
     const auto a = values(150 * k, 21, false);
     const auto b = values(k * n, 22, false);
     const auto row0 = [&](dtype t, std::int64_t m, std::int64_t cols) {
-      const tensor ta = cotensor::from_vector(std::vector<bfloat16_t>(a.begin(), a.begin() + m * k),
-                                              {m, k});
+      const tensor ta =
+          cotensor::from_vector(std::vector<bfloat16_t>(a.begin(), a.begin() + m * k), {m, k});
       std::vector<bfloat16_t> bc;
       for (std::int64_t r = 0; r < k; ++r) {
         bc.insert(bc.end(), b.begin() + r * n, b.begin() + r * n + cols);
       }
-      const auto c =
-          cotensor::matmul(ta.astype(t), cotensor::from_vector(bc, {k, cols}).astype(t))
-              .astype(dtype::float32)
-              .to_vector<float>();
+      const auto c = cotensor::matmul(ta.astype(t), cotensor::from_vector(bc, {k, cols}).astype(t))
+                         .astype(dtype::float32)
+                         .to_vector<float>();
       return std::vector<float>(c.begin(), c.begin() + cols);
     };
     if (cpu_has_avx512()) {
@@ -303,6 +302,10 @@ TEST_SUITE("gemm") {
       const auto narrow = row0(dtype::float32, 1, 9);  // 301 · 9 · m: small up to m = 3
       CHECK(row0(dtype::float32, 2, 9) == narrow);
       CHECK(row0(dtype::float32, 150, 9) == narrow);
+      // float16: few rows convert B as they read it; many convert both operands first.
+      const auto half = row0(dtype::float16, 1, n);
+      CHECK(row0(dtype::float16, 18, n) == half);
+      CHECK(row0(dtype::float16, 150, n) == half);
     }
     if (cpu_has_avx512_bf16()) {
       const scoped_environment forced("COTENSOR_GEMM_BF16", "avx512_bf16");

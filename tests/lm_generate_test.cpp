@@ -124,8 +124,12 @@ TEST_SUITE("lm.generate") {
   TEST_CASE("a sequence alone and among 16 others of other lengths gives the same tokens") {
     const model m = model::load(data / "llama-tiny");
     const auto prompt = m.tokenizer().encode("The engine orders ops by the buffers they read.");
-    sampling_params sampled{.temperature = 0.8F, .top_k = 50, .top_p = 0.9F, .seed = 7,
-                            .max_tokens = 24, .ignore_eos = true};
+    sampling_params sampled{.temperature = 0.8F,
+                            .top_k = 50,
+                            .top_p = 0.9F,
+                            .seed = 7,
+                            .max_tokens = 24,
+                            .ignore_eos = true};
     std::vector<std::int32_t> alone_greedy;
     std::vector<std::int32_t> alone_sampled;
     {
@@ -143,8 +147,10 @@ TEST_SUITE("lm.generate") {
     for (int i = 0; i < 16; ++i) {
       std::vector<std::int32_t> other(prompt.begin(), prompt.begin() + 1 + i % 9);
       other.push_back(static_cast<std::int32_t>(100 + i));
-      seqs.push_back(g.submit(other, {.temperature = 1.0F, .seed = static_cast<std::uint64_t>(i),
-                                      .max_tokens = 8 + i, .ignore_eos = true}));
+      seqs.push_back(g.submit(other, {.temperature = 1.0F,
+                                      .seed = static_cast<std::uint64_t>(i),
+                                      .max_tokens = 8 + i,
+                                      .ignore_eos = true}));
       if (i == 5) {
         seqs.push_back(g.submit(prompt, greedy32));
       }
@@ -167,8 +173,8 @@ TEST_SUITE("lm.generate") {
       auto s = g.submit(prompt, p);
       return read_one(s);
     };
-    const sampling_params seeded{.temperature = 1.5F, .seed = 42, .max_tokens = 20,
-                                 .ignore_eos = true};
+    const sampling_params seeded{
+        .temperature = 1.5F, .seed = 42, .max_tokens = 20, .ignore_eos = true};
     CHECK(run(seeded) == run(seeded));
     auto other = seeded;
     other.seed = 43;
@@ -194,15 +200,15 @@ TEST_SUITE("lm.generate") {
     // A stop text made of the 6th and 7th tokens' text ends the sequence at the 7th.
     const std::string text = m.tokenizer().decode(std::span(ids).subspan(5, 2));
     REQUIRE(!text.empty());
-    auto stopped = g.submit(prompt, {.temperature = 0.0F, .max_tokens = 32, .stop = {text},
-                                     .ignore_eos = true});
+    auto stopped = g.submit(
+        prompt, {.temperature = 0.0F, .max_tokens = 32, .stop = {text}, .ignore_eos = true});
     const auto until_stop = read_one(stopped);
     CHECK(stopped.finish_reason() == finish_reason::stop);
     CHECK(until_stop.size() <= 7);
     CHECK(m.tokenizer().decode(until_stop).find(text) != std::string::npos);
     // The context (64) ends a sequence that max_tokens would not.
-    auto to_context = g.submit(prompt, {.temperature = 0.0F, .max_tokens = 1000,
-                                        .ignore_eos = true});
+    auto to_context =
+        g.submit(prompt, {.temperature = 0.0F, .max_tokens = 1000, .ignore_eos = true});
     CHECK(read_one(to_context).size() == 64 - prompt.size());
     CHECK(to_context.finish_reason() == finish_reason::length);
     // The end-of-sequence id: stop before it, or go on past it with ignore_eos.
@@ -282,8 +288,8 @@ TEST_SUITE("lm.generate") {
           // Pending (queued), then cancelled: operation_aborted, and the sequence is over.
           std::tie(first_ec, after) = co_await queued.async_next(
               asio::bind_cancellation_slot(signal.slot(), asio::as_tuple(asio::use_awaitable)));
-          std::tie(second_ec, after) = co_await queued.async_next(
-              asio::as_tuple(asio::use_awaitable));
+          std::tie(second_ec, after) =
+              co_await queued.async_next(asio::as_tuple(asio::use_awaitable));
         },
         asio::detached);
     while (taken < 3) {
@@ -298,7 +304,6 @@ TEST_SUITE("lm.generate") {
     other.async_next(asio::bind_executor(io, [&](boost::system::error_code ec, auto id) {
       a_ec = ec;
       a_id = id;
-
     }));
     other.async_next(
         asio::bind_executor(io, [&](boost::system::error_code ec, auto) { b_ec = ec; }));
@@ -320,7 +325,8 @@ TEST_SUITE("lm.generate") {
     // An empty sequence says so.
     sequence empty;
     auto [ec, id] = cotensor::test::run_to_completion(
-        [&]() -> asio::awaitable<std::tuple<boost::system::error_code, std::optional<std::int32_t>>> {
+        [&]()
+            -> asio::awaitable<std::tuple<boost::system::error_code, std::optional<std::int32_t>>> {
           co_return co_await empty.async_next(asio::as_tuple(asio::use_awaitable));
         });
     CHECK(ec == asio::error::bad_descriptor);

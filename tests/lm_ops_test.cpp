@@ -68,7 +68,8 @@ TEST_SUITE("ops.lm") {
           const std::size_t at = r * heads * hd + static_cast<std::size_t>(h * hd + i);
           const double x0 = xv[at];
           const double x1 = xv[at + static_cast<std::size_t>(hd / 2)];
-          CHECK(y[at] == doctest::Approx(x0 * std::cos(angle) - x1 * std::sin(angle)).epsilon(1e-5));
+          CHECK(y[at] ==
+                doctest::Approx(x0 * std::cos(angle) - x1 * std::sin(angle)).epsilon(1e-5));
           CHECK(y[at + static_cast<std::size_t>(hd / 2)] ==
                 doctest::Approx(x1 * std::cos(angle) + x0 * std::sin(angle)).epsilon(1e-5));
         }
@@ -100,9 +101,9 @@ TEST_SUITE("ops.lm") {
     CHECK_THROWS_AS(cache.wait(), std::out_of_range);
     CHECK_THROWS_AS(scatter_rows(cache, index({0}), from_vector({1, 2, 3, 4, 5}, {1, 5})),
                     std::invalid_argument);
-    CHECK_THROWS_AS(scatter_rows(cache, index({0}), from_vector({1, 2, 3}, {1, 3}).astype(
-                                                        dtype::float64)),
-                    std::invalid_argument);
+    CHECK_THROWS_AS(
+        scatter_rows(cache, index({0}), from_vector({1, 2, 3}, {1, 3}).astype(dtype::float64)),
+        std::invalid_argument);
   }
 
   TEST_CASE("paged_attention is softmax(q·kᵀ)·v over each row's keys, block by block") {
@@ -167,10 +168,10 @@ TEST_SUITE("ops.lm") {
     }
     // A context past the table, or a block past the cache, fails the op.
     const tensor q1 = slice(from_vector(qv, {3, heads * hd}), 0, 0, 1);
-    CHECK_THROWS_AS(paged_attention(q1, kc, vc, from_vector(tables, {2, 3}), index({0}),
-                                    index({7}), scale)
-                        .wait(),
-                    std::out_of_range);
+    CHECK_THROWS_AS(
+        paged_attention(q1, kc, vc, from_vector(tables, {2, 3}), index({0}), index({7}), scale)
+            .wait(),
+        std::out_of_range);
     CHECK_THROWS_AS(paged_attention(q1, kc, vc, from_vector({9, 0, 0}, {1, 3}).astype(dtype::int64),
                                     index({0}), index({1}), scale)
                         .wait(),

@@ -12,9 +12,9 @@
 // Prompts are random ids of the tokenizer (seeded), generation greedy with `ignore_eos`, so
 // every stream makes exactly N tokens. Figures are medians of R runs after a warm-up.
 
-#include "../common.hpp"
-
 #include <cotensor/cotensor.hpp>
+
+#include "../common.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -41,7 +41,11 @@ struct figures {
 };
 
 // Runs `streams` sequences of `prompt` random ids and `new_tokens` tokens at once.
-figures run_once(const lm::model& m, lm::generator& g, int streams, int prompt, int new_tokens,
+figures run_once(const lm::model& m,
+                 lm::generator& g,
+                 int streams,
+                 int prompt,
+                 int new_tokens,
                  std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<std::int32_t> id(
@@ -55,8 +59,8 @@ figures run_once(const lm::model& m, lm::generator& g, int streams, int prompt, 
     for (auto& i : ids) {
       i = id(rng);
     }
-    auto seq = g.submit(std::move(ids), {.temperature = 0.0F, .max_tokens = new_tokens,
-                                         .ignore_eos = true});
+    auto seq = g.submit(std::move(ids),
+                        {.temperature = 0.0F, .max_tokens = new_tokens, .ignore_eos = true});
     asio::co_spawn(
         io,
         [&, s, seq = std::move(seq)]() mutable -> asio::awaitable<void> {
@@ -121,8 +125,8 @@ double triad_gb_s() {
 }
 
 cotensor::dtype dtype_named(const std::string& n) {
-  for (const auto t : {cotensor::dtype::float32, cotensor::dtype::bfloat16,
-                       cotensor::dtype::float16}) {
+  for (const auto t :
+       {cotensor::dtype::float32, cotensor::dtype::bfloat16, cotensor::dtype::float16}) {
     if (cotensor::name(t) == n) {
       return t;
     }
@@ -208,8 +212,8 @@ int main(int argc, char** argv) try {
                 "\"new\": %d, \"concurrency\": %d, \"prefill_tok_s\": %.2f, "
                 "\"decode_tok_s\": %.2f, \"ttft_ms\": %.2f, \"aggregate_tok_s\": %.2f}\n",
                 name.c_str(), dtype_name.c_str(), prompt, new_tokens, c,
-                med(&figures::prefill_tok_s), med(&figures::decode_tok_s),
-                med(&figures::ttft_ms), med(&figures::aggregate_tok_s));
+                med(&figures::prefill_tok_s), med(&figures::decode_tok_s), med(&figures::ttft_ms),
+                med(&figures::aggregate_tok_s));
     std::fflush(stdout);
   }
   // The prefix cache: the same prompt again, its time to first token with the blocks found.

@@ -52,12 +52,12 @@ options parse(int argc, char** argv) {
     } else if (flag == "--seed") {
       o.sampling.seed = std::stoull(value);
     } else if (flag == "--dtype") {
-      o.dtype = value == "float32"    ? cotensor::dtype::float32
-                : value == "bfloat16" ? cotensor::dtype::bfloat16
-                : value == "float16"
-                    ? cotensor::dtype::float16
-                    : throw std::invalid_argument("--dtype " + value +
-                                                  ": float32, bfloat16 or float16");
+      o.dtype =
+          value == "float32"    ? cotensor::dtype::float32
+          : value == "bfloat16" ? cotensor::dtype::bfloat16
+          : value == "float16"
+              ? cotensor::dtype::float16
+              : throw std::invalid_argument("--dtype " + value + ": float32, bfloat16 or float16");
     } else {
       throw std::invalid_argument("unknown option " + flag);
     }
@@ -81,11 +81,12 @@ asio::awaitable<void> stream(const lm::model& m, lm::sequence seq) {
   std::cout << text.finish() << '\n';
   const auto end = clock::now();
   const auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
-  std::fprintf(stderr, "[%zu prompt tokens, %d generated (%s); first token after %.1f ms, then %.1f tokens/s]\n",
-               seq.prompt_size(), tokens,
-               seq.finish_reason() == lm::finish_reason::stop ? "stop" : "length",
-               tokens > 0 ? seconds(first - start) * 1e3 : 0.0,
-               tokens > 1 ? (tokens - 1) / seconds(end - first) : 0.0);
+  std::fprintf(
+      stderr,
+      "[%zu prompt tokens, %d generated (%s); first token after %.1f ms, then %.1f tokens/s]\n",
+      seq.prompt_size(), tokens, seq.finish_reason() == lm::finish_reason::stop ? "stop" : "length",
+      tokens > 0 ? seconds(first - start) * 1e3 : 0.0,
+      tokens > 1 ? (tokens - 1) / seconds(end - first) : 0.0);
 }
 
 }  // namespace

@@ -27,14 +27,19 @@ namespace {
 double seconds(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // One request: arrives after `delay`, generates, reports.
-asio::awaitable<void> request(lm::generator& g, const lm::model& m, int n, std::string prompt,
-                              int max_tokens, std::chrono::milliseconds delay) {
+asio::awaitable<void> request(lm::generator& g,
+                              const lm::model& m,
+                              int n,
+                              std::string prompt,
+                              int max_tokens,
+                              std::chrono::milliseconds delay) {
   asio::steady_timer timer(co_await asio::this_coro::executor, delay);
   co_await timer.async_wait(asio::use_awaitable);
   const auto start = clock_type::now();
-  lm::sequence seq = g.submit(m.tokenizer().encode(prompt),
-                              {.temperature = 0.8F, .seed = static_cast<std::uint64_t>(n),
-                               .max_tokens = max_tokens, .ignore_eos = true});
+  lm::sequence seq = g.submit(m.tokenizer().encode(prompt), {.temperature = 0.8F,
+                                                             .seed = static_cast<std::uint64_t>(n),
+                                                             .max_tokens = max_tokens,
+                                                             .ignore_eos = true});
   clock_type::time_point first;
   int tokens = 0;
   while (co_await seq.async_next(asio::use_awaitable)) {
@@ -67,7 +72,7 @@ int main(int argc, char** argv) try {
     } else if (flag == "--max-tokens") {
       max_tokens = std::stoi(value);
     } else if (flag == "--dtype") {
-      dtype = value == "bfloat16" ? cotensor::dtype::bfloat16
+      dtype = value == "bfloat16"  ? cotensor::dtype::bfloat16
               : value == "float16" ? cotensor::dtype::float16
                                    : cotensor::dtype::float32;
     } else {
@@ -79,8 +84,7 @@ int main(int argc, char** argv) try {
   asio::io_context io;
   const std::vector<std::string> prompts{
       "The frontend only enqueues work and returns;",
-      "A dependency engine tracks reads and writes per buffer",
-      "Hello",
+      "A dependency engine tracks reads and writes per buffer", "Hello",
       "Each request is a coroutine awaiting its next token, while one scheduler batches them"};
   const auto start = clock_type::now();
   for (int n = 0; n < requests; ++n) {

@@ -24,8 +24,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -214,11 +214,11 @@ struct generator_options {
 
 /// What a `generator` is doing, read at one moment.
 struct generator_stats {
-  std::size_t running = 0;           ///< sequences admitted and not finished
-  std::size_t waiting = 0;           ///< sequences waiting for room
-  std::size_t kv_blocks_used = 0;    ///< cache blocks held by sequences
-  std::size_t kv_blocks_total = 0;   ///< cache blocks in the pool
-  std::uint64_t steps = 0;           ///< forward passes run
+  std::size_t running = 0;          ///< sequences admitted and not finished
+  std::size_t waiting = 0;          ///< sequences waiting for room
+  std::size_t kv_blocks_used = 0;   ///< cache blocks held by sequences
+  std::size_t kv_blocks_total = 0;  ///< cache blocks in the pool
+  std::uint64_t steps = 0;          ///< forward passes run
   std::uint64_t tokens_generated = 0;
   std::uint64_t prompt_tokens_computed = 0;  ///< prompt tokens run through the model
   std::uint64_t prefix_cache_hits = 0;       ///< prompt tokens taken from shared blocks

@@ -184,7 +184,9 @@ tensor rms_norm(const tensor& x, const tensor& weight, double eps = 1e-6);
 /// Rotary position embedding of `x` [rows, heads · head_dim] (rotating halves, as Hugging
 /// Face's Llama): row r's heads are rotated by angles positions[r] · theta^(−2i / head_dim),
 /// computed in float and rounded once. `positions` is int64 [rows]; `head_dim` even.
-tensor rotary_embedding(const tensor& x, const tensor& positions, std::int64_t head_dim,
+tensor rotary_embedding(const tensor& x,
+                        const tensor& positions,
+                        std::int64_t head_dim,
                         double theta = 10000.0);
 /// Writes row r of `rows` (its first axis) into row index[r] of `dst` seen as rows of the same
 /// size, in place: the ops issued before it that read `dst` see the old rows, those after it
@@ -200,8 +202,12 @@ void scatter_rows(const tensor& dst, const tensor& index, const tensor& rows);
 /// matrix) and keys in order, so that a row's result does not depend on the other rows. Index
 /// tensors are int64; an out-of-range sequence, block or context fails the op with
 /// std::out_of_range.
-tensor paged_attention(const tensor& q, const tensor& k_cache, const tensor& v_cache,
-                       const tensor& block_tables, const tensor& sequence, const tensor& context,
+tensor paged_attention(const tensor& q,
+                       const tensor& k_cache,
+                       const tensor& v_cache,
+                       const tensor& block_tables,
+                       const tensor& sequence,
+                       const tensor& context,
                        double scale);
 
 /// The sum of all elements, as a rank-0 tensor: int64 for bool and integer tensors (wrapping),

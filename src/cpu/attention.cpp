@@ -219,8 +219,7 @@ void paged_attention(const paged_attention_args& args) {
       }
     }
   }
-  visit_float(args.t,
-              [&](auto tag) { paged_attention_typed<typename decltype(tag)::type>(args); });
+  visit_float(args.t, [&](auto tag) { paged_attention_typed<typename decltype(tag)::type>(args); });
 }
 
 }  // namespace cotensor::detail::cpu

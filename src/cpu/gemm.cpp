@@ -4,7 +4,9 @@
 // bfloat16 runs cotensor's own vdpbf16ps kernel where the CPU has AVX-512 BF16.
 // COTENSOR_GEMM_F32 and COTENSOR_GEMM_BF16 force a path. float16, and bfloat16 elsewhere, go
 // through float32: the operands are converted, multiplied by SGEMM and the result rounded once
-// (Debian's OpenBLAS 0.3.21 exports no sbgemm). Integers are exact, wrapping, in a plain loop.
+// (Debian's OpenBLAS 0.3.21 exports no sbgemm); float16 products of few rows on the AVX-512
+// float32 kernel convert B as they read it instead (the same bits). Integers are exact, wrapping,
+// in a plain loop.
 
 #include "cpu/gemm_avx512.hpp"
 #include "cpu/gemm_dispatch.hpp"
@@ -118,6 +120,13 @@ void half_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std
   if constexpr (std::is_same_v<T, bfloat16_t>) {
     if (bf16_gemm_kernel_for_this_call() == gemm_kernel::avx512_bf16) {
       bf16_gemm_avx512(a, b, c, m, k, n);
+      return;
+    }
+  } else {
+    // Few rows (a decode step): B's halves converted as they are read, not whole first; the
+    // same bits as below on cotensor's float32 kernel.
+    if (f32_gemm_kernel_for_this_call() == gemm_kernel::avx512 &&
+        f16_gemm_rows_avx512(a, b, c, m, k, n)) {
       return;
     }
   }

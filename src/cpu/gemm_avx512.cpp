@@ -14,6 +14,7 @@
 
 #include "cpu/gemm_avx512.hpp"
 
+#include "cpu/gemm_avx512_steps.hpp"
 #include "cpu/gemm_scratch.hpp"
 #include "cpu/kernels.hpp"
 #include "support/host_allocator.hpp"
@@ -24,177 +25,12 @@
 #include <stdexcept>
 #include <thread>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// GCC 12 reports its own _mm512_undefined_epi32() inside the AVX-512 intrinsics as used
-// (or maybe used) uninitialised (GCC bug 105593, fixed in 13).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#define COTENSOR_HAVE_AVX512 1
-// One target for both kinds of step (a template's attribute cannot depend on its argument):
-// the float32 functions use no BF16 instruction (GCC 12 emits those only for their intrinsics),
-// so they run on any CPU with AVX-512 F and BW.
-#define COTENSOR_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
-#else
-#define COTENSOR_HAVE_AVX512 0
-#endif
-
 namespace cotensor::detail::cpu {
 
 #if COTENSOR_HAVE_AVX512
 namespace {
 
-constexpr std::int64_t mr = 6;        // rows of the register tile
-constexpr std::int64_t nr = 64;       // columns of the register tile (four zmm)
-constexpr std::int64_t mc = 16 * mr;  // rows of a worker's tile
-constexpr std::int64_t nc = 8 * nr;   // columns of a worker's tile
-constexpr std::int64_t kc = 256;      // steps along k in a block
-// m · n · k up to which a GEMM runs on the calling thread, unpacked (as the MLP steps of the
-// tests and benchmarks: [8, 16] · [16, 32]).
-constexpr std::int64_t small_product = 8192;
-// Rows up to which B is read in place by groups of 6 rows rather than packed: packing reads B,
-// writes it and reads it again, so for up to three groups (a decode step of a few sequences)
-// reading B once a group costs no more, and needs no scratch as large as B.
-constexpr std::int64_t row_path_rows = 3 * mr;
-
-// float32: a step is one k.
-struct f32_steps {
-  using element = float;
-  using word = float;
-  static std::int64_t steps(std::int64_t k) { return k; }
-  static bool a_in_place(std::int64_t /*k*/) { return true; }
-  static word a_word(const element* row, std::int64_t p, std::int64_t /*k*/) { return row[p]; }
-  static float to_float(element e) { return e; }
-
-  // out[j] = b[p][col0 + j] for j < cols, 0 past them.
-  COTENSOR_AVX512_TARGET static void pack_b_row(const element* b,
-                                                std::int64_t /*k*/,
-                                                std::int64_t n,
-                                                std::int64_t p,
-                                                std::int64_t col0,
-                                                std::int64_t cols,
-                                                word* out) {
-    const element* row = b + p * n + col0;
-    if (cols == nr) {
-      for (std::int64_t j = 0; j < nr; j += 16) {
-        _mm512_storeu_ps(out + j, _mm512_loadu_ps(row + j));
-      }
-      return;
-    }
-    for (std::int64_t j = 0; j < nr; ++j) {
-      out[j] = j < cols ? row[j] : 0.0F;
-    }
-  }
-
-  // The 16 words of step p at columns [col, col + 16) of B, read in place (all in B).
-  COTENSOR_AVX512_TARGET static __m512 load_b_row(const element* b,
-                                                  std::int64_t /*k*/,
-                                                  std::int64_t n,
-                                                  std::int64_t p,
-                                                  std::int64_t col) {
-    return _mm512_loadu_ps(b + p * n + col);
-  }
-
-  COTENSOR_AVX512_TARGET static __m512 broadcast(word w) { return _mm512_set1_ps(w); }
-  COTENSOR_AVX512_TARGET static __m512 load_b(const word* b) { return _mm512_loadu_ps(b); }
-  COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, __m512 a, __m512 b) {
-    return _mm512_fmadd_ps(a, b, acc);
-  }
-
-  static void store_row(const float* in, element* out, std::int64_t n) {
-    std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(float));
-  }
-};
-
-// bfloat16: a step is a pair of k.
-struct bf16_steps {
-  using element = std::uint16_t;
-  using word = std::uint32_t;
-  static std::int64_t steps(std::int64_t k) { return (k + 1) / 2; }
-  static bool a_in_place(std::int64_t k) { return k % 2 == 0; }
-  static float to_float(element e) { return float_from_bfloat16_bits(e); }
-  // (row[2p], row[2p+1]), zero past k.
-  static word a_word(const element* row, std::int64_t p, std::int64_t k) {
-    const word lo = row[2 * p];
-    const word hi = 2 * p + 1 < k ? row[2 * p + 1] : 0U;
-    return lo | (hi << 16);
-  }
-
-  // out[j] = (b[2p][col0 + j], b[2p+1][col0 + j]) for j < cols, 0 past them.
-  COTENSOR_AVX512_TARGET static void pack_b_row(const element* b,
-                                                std::int64_t k,
-                                                std::int64_t n,
-                                                std::int64_t p,
-                                                std::int64_t col0,
-                                                std::int64_t cols,
-                                                word* out) {
-    const element* lo = b + 2 * p * n + col0;
-    const element* hi = 2 * p + 1 < k ? lo + n : nullptr;
-    if (cols == nr) {
-      for (std::int64_t j = 0; j < nr; j += 16) {
-        const __m512i l =
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + j)));
-        const __m512i h = hi == nullptr ? _mm512_setzero_si512()
-                                        : _mm512_cvtepu16_epi32(_mm256_loadu_si256(
-                                              reinterpret_cast<const __m256i*>(hi + j)));
-        _mm512_storeu_si512(out + j, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
-      }
-      return;
-    }
-    for (std::int64_t j = 0; j < nr; ++j) {
-      const word l = j < cols ? lo[j] : 0U;
-      const word h = j < cols && hi != nullptr ? hi[j] : 0U;
-      out[j] = l | (h << 16);
-    }
-  }
-
-  // The 16 words of step p at columns [col, col + 16) of B, read in place (all in B): the
-  // words pack_b_row writes.
-  COTENSOR_AVX512_TARGET static __m512bh load_b_row(const element* b,
-                                                    std::int64_t k,
-                                                    std::int64_t n,
-                                                    std::int64_t p,
-                                                    std::int64_t col) {
-    const element* lo = b + 2 * p * n + col;
-    const __m512i l =
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo)));
-    const __m512i h = 2 * p + 1 < k ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(
-                                          reinterpret_cast<const __m256i*>(lo + n)))
-                                    : _mm512_setzero_si512();
-    return reinterpret_cast<__m512bh>(_mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
-  }
-
-  COTENSOR_AVX512_TARGET static __m512bh broadcast(word w) {
-    return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(w)));
-  }
-  COTENSOR_AVX512_TARGET static __m512bh load_b(const word* b) {
-    return reinterpret_cast<__m512bh>(_mm512_loadu_si512(b));
-  }
-  COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, __m512bh a, __m512bh b) {
-    return _mm512_dpbf16_ps(acc, a, b);
-  }
-
-  // out[j] = bfloat16_t(in[j]): rounded to nearest even, NaN to the quiet NaN of its payload
-  // (bfloat16_bits_from_float in lanes; vcvtneps2bf16 would flush denormals).
-  COTENSOR_AVX512_TARGET static void store_row(const float* in, element* out, std::int64_t n) {
-    std::int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-      const __m512 x = _mm512_loadu_ps(in + j);
-      const __m512i u = _mm512_castps_si512(x);
-      const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-      __m512i bits = _mm512_srli_epi32(
-          _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
-      bits = _mm512_mask_or_epi32(bits, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm512_cvtepi32_epi16(bits));
-    }
-    for (; j < n; ++j) {
-      out[j] = bfloat16_bits_from_float(in[j]);
-    }
-  }
-};
+using namespace avx512;
 
 // Where a panel of 6 rows of A is: row r's word at step p is a[r * row_stride + p * step].
 // A packed panel has (1, 6); rows of A used in place, (words per row, 1).
@@ -312,126 +148,6 @@ struct column_packing {
   std::int64_t claimed;
   std::int64_t packed;
 };
-
-// Rows [0, rows) of c at columns [col0, col0 + 16 · vectors) (fewer at B's end): B read in
-// place, no scratch. Each element is the same sum as the tiled path's, step by step in k order
-// from 0 with the same instruction, so a row's result does not depend on the rows around it or
-// on which path ran.
-template <class Steps, int rows, int vectors>
-COTENSOR_AVX512_TARGET void row_panel(const typename Steps::element* a,
-                                      const typename Steps::element* b,
-                                      typename Steps::element* c,
-                                      std::int64_t k,
-                                      std::int64_t n,
-                                      std::int64_t col0) {
-  using word = typename Steps::word;
-  constexpr std::int64_t width = 16 * vectors;
-  const std::int64_t cols = std::min(width, n - col0);
-  __m512 acc[rows][vectors];
-  for (int r = 0; r < rows; ++r) {
-    for (int v = 0; v < vectors; ++v) {
-      acc[r][v] = _mm512_setzero_ps();
-    }
-  }
-  alignas(64) word tail[width];
-  if (cols < width) {
-    std::fill(tail, tail + width, word{0});
-  }
-  const std::int64_t steps = Steps::steps(k);
-  for (std::int64_t p = 0; p < steps; ++p) {
-    decltype(Steps::load_b(tail)) bv[vectors];
-    if (cols == width) {
-#pragma GCC unroll 16
-      for (int v = 0; v < vectors; ++v) {
-        bv[v] = Steps::load_b_row(b, k, n, p, col0 + 16 * v);
-      }
-    } else {
-      for (std::int64_t j = 0; j < cols; j += nr) {
-        Steps::pack_b_row(b, k, n, p, col0 + j, std::min(nr, cols - j), tail + j);
-      }
-      for (int v = 0; v < vectors; ++v) {
-        bv[v] = Steps::load_b(tail + 16 * v);
-      }
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < rows; ++r) {
-      const auto ar = Steps::broadcast(Steps::a_word(a + r * k, p, k));
-#pragma GCC unroll 16
-      for (int v = 0; v < vectors; ++v) {
-        acc[r][v] = Steps::step(acc[r][v], ar, bv[v]);
-      }
-    }
-  }
-  alignas(64) float sums[width];
-  for (int r = 0; r < rows; ++r) {
-    for (int v = 0; v < vectors; ++v) {
-      _mm512_store_ps(sums + 16 * v, acc[r][v]);
-    }
-    Steps::store_row(sums, c + r * n + col0, cols);
-  }
-}
-
-// row_panel for `rows` (1 to 6) rows at columns [col0, col0 + 256): one row takes the 256
-// columns at once (one contiguous kilobyte of B per step for the prefetcher), more rows 64 at
-// a time.
-template <class Steps>
-void row_tile(const typename Steps::element* a,
-              const typename Steps::element* b,
-              typename Steps::element* c,
-              std::int64_t rows,
-              std::int64_t k,
-              std::int64_t n,
-              std::int64_t col0) {
-  if (rows == 1) {
-    row_panel<Steps, 1, 16>(a, b, c, k, n, col0);
-    return;
-  }
-  for (std::int64_t j = col0; j < std::min(n, col0 + 4 * nr); j += nr) {
-    switch (rows) {
-    case 2:
-      row_panel<Steps, 2, 4>(a, b, c, k, n, j);
-      break;
-    case 3:
-      row_panel<Steps, 3, 4>(a, b, c, k, n, j);
-      break;
-    case 4:
-      row_panel<Steps, 4, 4>(a, b, c, k, n, j);
-      break;
-    case 5:
-      row_panel<Steps, 5, 4>(a, b, c, k, n, j);
-      break;
-    default:
-      row_panel<Steps, 6, 4>(a, b, c, k, n, j);
-      break;
-    }
-  }
-}
-
-// c = a · b for few rows (a decode step's matrix-vector products): groups of at most 6 rows,
-// B's panels of 64 columns shared by the backend's workers (or on the calling thread when the
-// product is small), B read once per group and never packed.
-template <class Steps>
-void row_gemm(const typename Steps::element* a,
-              const typename Steps::element* b,
-              typename Steps::element* c,
-              std::int64_t m,
-              std::int64_t k,
-              std::int64_t n) {
-  constexpr std::int64_t tile = 4 * nr;  // columns
-  const std::int64_t tiles = (n + tile - 1) / tile;
-  for (std::int64_t i0 = 0; i0 < m; i0 += mr) {
-    const std::int64_t rows = std::min(mr, m - i0);
-    const auto* ai = a + i0 * k;
-    auto* ci = c + i0 * n;
-    if (m * n * k <= small_product) {
-      for (std::int64_t t = 0; t < tiles; ++t) {
-        row_tile<Steps>(ai, b, ci, rows, k, n, t * tile);
-      }
-    } else {
-      parallel_tiles(tiles, [&](std::int64_t t) { row_tile<Steps>(ai, b, ci, rows, k, n, t * tile); });
-    }
-  }
-}
 
 template <class Steps>
 void gemm(const typename Steps::element* a,
@@ -570,7 +286,27 @@ void bf16_gemm_avx512(const bfloat16_t* a,
                      reinterpret_cast<const std::uint16_t*>(b), c16, m, k, n);
   }
 }
+bool f16_gemm_rows_avx512(const float16_t* a,
+                          const float16_t* b,
+                          float16_t* c,
+                          std::int64_t m,
+                          std::int64_t k,
+                          std::int64_t n) {
+  if (m > row_path_rows) {
+    return false;
+  }
+  auto* c16 = reinterpret_cast<std::uint16_t*>(c);
+  if (!trivial(c16, m, k, n)) {
+    row_gemm<f16_steps>(reinterpret_cast<const std::uint16_t*>(a),
+                        reinterpret_cast<const std::uint16_t*>(b), c16, m, k, n);
+  }
+  return true;
+}
 #else
+bool f16_gemm_rows_avx512(
+    const float16_t*, const float16_t*, float16_t*, std::int64_t, std::int64_t, std::int64_t) {
+  return false;
+}
 void sgemm_avx512(const float*, const float*, float*, std::int64_t, std::int64_t, std::int64_t) {
   throw std::runtime_error("cotensor: the AVX-512 GEMM is not built for this CPU");
 }

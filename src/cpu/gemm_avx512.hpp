@@ -42,4 +42,15 @@ void bf16_gemm_avx512(const bfloat16_t* a,
                       std::int64_t k,
                       std::int64_t n);
 
+/// c[m, n] = a[m, k] · b[k, n], row-major float16, for few rows (a decode step): B's halves
+/// converted to float32 as they are read, the float32 kernel's sums, rounded once; the same bits
+/// as converting the operands and running sgemm_avx512. Returns false, doing nothing, for more
+/// than 18 rows (convert and multiply then). Requires cpu_has_avx512().
+bool f16_gemm_rows_avx512(const float16_t* a,
+                          const float16_t* b,
+                          float16_t* c,
+                          std::int64_t m,
+                          std::int64_t k,
+                          std::int64_t n);
+
 }  // namespace cotensor::detail::cpu

@@ -20,12 +20,14 @@ std::string described(const tensor& t) {
 // Checks that `t` is a float tensor of rank `rank` and returns the device's kernels for it,
 // after checking that `kernel` (a member of the table) is there.
 template <class Kernel>
-const detail::kernel_table& float_kernels(const char* op, const tensor& t, std::size_t rank,
+const detail::kernel_table& float_kernels(const char* op,
+                                          const tensor& t,
+                                          std::size_t rank,
                                           Kernel detail::kernel_table::*kernel) {
   detail::checked(t, op);
   if (!is_floating(t.dtype()) || t.rank() != rank) {
-    throw_invalid(op, "needs a float tensor of rank " + std::to_string(rank) + ", got " +
-                          described(t));
+    throw_invalid(op,
+                  "needs a float tensor of rank " + std::to_string(rank) + ", got " + described(t));
   }
   const detail::kernel_table& k = detail::kernels_checked(op, t.device(), t.dtype());
   detail::require_kernel(op, t.device(), reinterpret_cast<const void*>(k.*kernel));
@@ -33,13 +35,13 @@ const detail::kernel_table& float_kernels(const char* op, const tensor& t, std::
 }
 
 // Checks that `index` is an int64 tensor [extent] on x's device.
-void require_index(const char* op, const char* what, const tensor& x, const tensor& index,
-                   std::int64_t extent) {
+void require_index(
+    const char* op, const char* what, const tensor& x, const tensor& index, std::int64_t extent) {
   detail::checked(index, op);
   detail::require_same_device(op, x, index);
   if (index.dtype() != dtype::int64 || index.shape() != shape{extent}) {
-    throw_invalid(op, std::string(what) + " must be int64 [" + std::to_string(extent) +
-                          "], got " + described(index));
+    throw_invalid(op, std::string(what) + " must be int64 [" + std::to_string(extent) + "], got " +
+                          described(index));
   }
 }
 
@@ -77,8 +79,8 @@ tensor rms_norm(const tensor& x, const tensor& weight, double eps) {
   return {detail::internal, std::move(out), x.shape()};
 }
 
-tensor rotary_embedding(const tensor& x, const tensor& positions, std::int64_t head_dim,
-                        double theta) {
+tensor
+rotary_embedding(const tensor& x, const tensor& positions, std::int64_t head_dim, double theta) {
   const char* op = "rotary_embedding";
   const detail::kernel_table& k = float_kernels(op, x, 2, &detail::kernel_table::rope);
   const std::int64_t rows = x.shape()[0];
@@ -142,8 +144,12 @@ void scatter_rows(const tensor& dst, const tensor& index, const tensor& rows) {
                 });
 }
 
-tensor paged_attention(const tensor& q, const tensor& k_cache, const tensor& v_cache,
-                       const tensor& block_tables, const tensor& sequence, const tensor& context,
+tensor paged_attention(const tensor& q,
+                       const tensor& k_cache,
+                       const tensor& v_cache,
+                       const tensor& block_tables,
+                       const tensor& sequence,
+                       const tensor& context,
                        double scale) {
   const char* op = "paged_attention";
   const detail::kernel_table& k =
@@ -165,8 +171,8 @@ tensor paged_attention(const tensor& q, const tensor& k_cache, const tensor& v_c
   detail::checked(block_tables, op);
   detail::require_same_device(op, q, block_tables);
   if (block_tables.dtype() != dtype::int64 || block_tables.rank() != 2) {
-    throw_invalid(op, "block_tables must be int64 [sequences, width], got " +
-                          described(block_tables));
+    throw_invalid(op,
+                  "block_tables must be int64 [sequences, width], got " + described(block_tables));
   }
   const std::int64_t tokens = q.shape()[0];
   require_index(op, "sequence", q, sequence, tokens);
@@ -179,10 +185,10 @@ tensor paged_attention(const tensor& q, const tensor& k_cache, const tensor& v_c
   const auto& ss = sequence.storage();
   const auto& sc = context.storage();
   detail::issue(op, {sq, sk, sv, sb, ss, sc}, {out},
-                [k = &k, t = q.dtype(), pq = sq.get(), pk = sk.get(), pv = sv.get(),
-                 pb = sb.get(), ps = ss.get(), pc = sc.get(), po = out.get(), tokens,
-                 heads = q.shape()[1] / head_dim, kv_heads = cache[2], head_dim,
-                 blocks = cache[0], block_size = cache[1], sequences = block_tables.shape()[0],
+                [k = &k, t = q.dtype(), pq = sq.get(), pk = sk.get(), pv = sv.get(), pb = sb.get(),
+                 ps = ss.get(), pc = sc.get(), po = out.get(), tokens,
+                 heads = q.shape()[1] / head_dim, kv_heads = cache[2], head_dim, blocks = cache[0],
+                 block_size = cache[1], sequences = block_tables.shape()[0],
                  width = block_tables.shape()[1], scale] {
                   k->paged_attention({.t = t,
                                       .q = pq->raw(),

@@ -3,6 +3,7 @@
 // key/value cache (the language-model ops: RoPE, RMSNorm, scatter_rows, paged_attention).
 
 #include "cotensor/ops.hpp"
+
 #include "lm/model_impl.hpp"
 
 #include <cmath>
@@ -128,8 +129,8 @@ tensor model::impl::step(const step_inputs& in, const kv_cache& cache) const {
                                  const tensor& v) {
     scatter_rows(cache.keys[layer], in.slots, k);
     scatter_rows(cache.values[layer], in.slots, v);
-    return paged_attention(q, cache.keys[layer], cache.values[layer], in.block_tables,
-                           in.sequence, in.context, scale);
+    return paged_attention(q, cache.keys[layer], cache.values[layer], in.block_tables, in.sequence,
+                           in.context, scale);
   };
   tensor h = index_select(embed, 0, in.ids);
   if (kind == family::gpt2) {

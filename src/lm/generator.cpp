@@ -14,7 +14,6 @@
 
 namespace cotensor::lm {
 
-
 // --- sequence -----------------------------------------------------------------------------
 
 sequence& sequence::operator=(sequence&& other) noexcept {
@@ -139,8 +138,7 @@ generator::generator(const lm::model& m, generator_options options) {
   if (total < 1) {
     throw std::invalid_argument("cotensor::lm::generator: kv_cache_bytes " +
                                 std::to_string(options.kv_cache_bytes) +
-                                " holds no block (one is " + std::to_string(per_block) +
-                                " bytes)");
+                                " holds no block (one is " + std::to_string(per_block) + " bytes)");
   }
   state_ = std::make_shared<state>(m.impl_, options, total);
   state_->table_width = width;
@@ -192,8 +190,8 @@ sequence generator::submit(std::vector<std::int32_t> prompt, sampling_params par
                                 std::to_string(need) + " cache blocks; the pool has " +
                                 std::to_string(state_->blocks.total()));
   }
-  s->seed = params.seed ? *params.seed : (std::uint64_t{std::random_device{}()} << 32) ^
-                                             std::random_device{}();
+  s->seed = params.seed ? *params.seed
+                        : (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   s->max_unread = state_->options.max_unread;
   s->owner = state_;
   s->tokens = std::move(prompt);
@@ -204,9 +202,9 @@ sequence generator::submit(std::vector<std::int32_t> prompt, sampling_params par
   {
     const std::lock_guard lock(state_->mutex);
     if (state_->waiting.size() >= state_->options.max_waiting) {
-      throw std::length_error("cotensor::lm::generator::submit: " +
-                              std::to_string(state_->waiting.size()) +
-                              " sequences are waiting already (max_waiting)");
+      throw std::length_error(
+          "cotensor::lm::generator::submit: " + std::to_string(state_->waiting.size()) +
+          " sequences are waiting already (max_waiting)");
     }
     state_->waiting.push_back(s);
     state_->figures.waiting = state_->waiting.size();

@@ -100,5 +100,4 @@ inline std::int64_t blocks_for(std::size_t tokens, std::int64_t block_size) {
   return (static_cast<std::int64_t>(tokens) + block_size - 1) / block_size;
 }
 
-
 }  // namespace cotensor::lm

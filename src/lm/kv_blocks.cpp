@@ -41,8 +41,8 @@ std::vector<std::int64_t> kv_blocks::find(std::span<const std::int32_t> tokens,
       break;
     }
     const entry& e = blocks_[static_cast<std::size_t>(it->second)];
-    if (e.parent != parent || !std::equal(ids.begin(), ids.end(), e.tokens.begin(),
-                                          e.tokens.end())) {
+    if (e.parent != parent ||
+        !std::equal(ids.begin(), ids.end(), e.tokens.begin(), e.tokens.end())) {
       break;  // a collision: not the same prefix
     }
     found.push_back(it->second);
@@ -95,8 +95,10 @@ void kv_blocks::release(std::int64_t block) {
   }
 }
 
-void kv_blocks::publish(std::int64_t block, std::span<const std::int32_t> tokens,
-                        std::int64_t end, std::int64_t block_size) {
+void kv_blocks::publish(std::int64_t block,
+                        std::span<const std::int32_t> tokens,
+                        std::int64_t end,
+                        std::int64_t block_size) {
   entry& e = blocks_[static_cast<std::size_t>(block)];
   if (e.hash) {
     return;
@@ -106,8 +108,8 @@ void kv_blocks::publish(std::int64_t block, std::span<const std::int32_t> tokens
     parent = hash_of(parent, tokens.subspan(static_cast<std::size_t>(at - block_size),
                                             static_cast<std::size_t>(block_size)));
   }
-  const auto ids =
-      tokens.subspan(static_cast<std::size_t>(end - block_size), static_cast<std::size_t>(block_size));
+  const auto ids = tokens.subspan(static_cast<std::size_t>(end - block_size),
+                                  static_cast<std::size_t>(block_size));
   const std::uint64_t h = hash_of(parent, ids);
   if (cached_.contains(h)) {
     return;  // the same prefix in another block: this one stays private

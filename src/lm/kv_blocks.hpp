@@ -42,15 +42,17 @@ public:
   void release(std::int64_t block);
   /// Records that `block`, held, now holds the full block of `tokens` ending at `end` (a
   /// multiple of block_size): later `find`s return it. Nothing if that prefix is cached already.
-  void publish(std::int64_t block, std::span<const std::int32_t> tokens, std::int64_t end,
+  void publish(std::int64_t block,
+               std::span<const std::int32_t> tokens,
+               std::int64_t end,
                std::int64_t block_size);
 
 private:
   struct entry {
     int refs = 0;
-    std::optional<std::uint64_t> hash;   // published
-    std::uint64_t parent = 0;            // the hash of the blocks before it
-    std::vector<std::int32_t> tokens;    // the block's ids, to check a hash's match
+    std::optional<std::uint64_t> hash;      // published
+    std::uint64_t parent = 0;               // the hash of the blocks before it
+    std::vector<std::int32_t> tokens;       // the block's ids, to check a hash's match
     std::list<std::int64_t>::iterator lru;  // in idle_ when cached and held by none
   };
 

@@ -69,5 +69,4 @@ private:
   tensor llama_forward(tensor h, const tensor& mask) const;
 };
 
-
 }  // namespace cotensor::lm

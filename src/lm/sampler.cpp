@@ -20,8 +20,8 @@ namespace {
 double uniform(std::uint64_t seed, std::uint64_t n) {
   const detail::philox::block c{static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(n >> 32),
                                 0, 0};
-  const detail::philox::block r = detail::philox::generate(
-      c, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+  const detail::philox::block r = detail::philox::generate(c, static_cast<std::uint32_t>(seed),
+                                                           static_cast<std::uint32_t>(seed >> 32));
   const std::uint64_t bits = (std::uint64_t{r.x0} << 21) ^ (r.x1 >> 11);
   return static_cast<double>(bits & ((std::uint64_t{1} << 53) - 1)) * 0x1.0p-53;
 }
@@ -61,7 +61,9 @@ void check_sampling(const sampling_params& p) {
   }
 }
 
-std::int32_t sample(std::span<const float> logits, const sampling_params& p, std::uint64_t seed,
+std::int32_t sample(std::span<const float> logits,
+                    const sampling_params& p,
+                    std::uint64_t seed,
                     std::uint64_t n) {
   if (p.temperature == 0.0F || p.top_k == 1) {
     return greedy(logits);
@@ -89,7 +91,8 @@ std::int32_t sample(std::span<const float> logits, const sampling_params& p, std
   std::vector<double> weight(ids.size());
   double total = 0.0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    weight[i] = std::exp(static_cast<double>(logits[static_cast<std::size_t>(ids[i])]) * inv_t - top);
+    weight[i] =
+        std::exp(static_cast<double>(logits[static_cast<std::size_t>(ids[i])]) * inv_t - top);
     total += weight[i];
   }
   std::size_t kept = ids.size();
@@ -102,7 +105,8 @@ std::int32_t sample(std::span<const float> logits, const sampling_params& p, std
         break;
       }
     }
-    total = std::accumulate(weight.begin(), weight.begin() + static_cast<std::ptrdiff_t>(kept), 0.0);
+    total =
+        std::accumulate(weight.begin(), weight.begin() + static_cast<std::ptrdiff_t>(kept), 0.0);
   }
   const double target = uniform(seed, n) * total;
   double sum = 0.0;

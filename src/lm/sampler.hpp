@@ -16,7 +16,9 @@ void check_sampling(const sampling_params& p);
 
 /// The token picked from `logits` (one row of the vocabulary) for the `n`-th token generated
 /// under `seed`.
-std::int32_t sample(std::span<const float> logits, const sampling_params& p, std::uint64_t seed,
+std::int32_t sample(std::span<const float> logits,
+                    const sampling_params& p,
+                    std::uint64_t seed,
                     std::uint64_t n);
 
 }  // namespace cotensor::lm

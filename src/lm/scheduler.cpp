@@ -147,8 +147,8 @@ bool generator::state::step() {
         .slots = from_vector(std::move(slots), {t}, d),
         .sequence = from_vector(std::move(rows), {t}, d),
         .context = from_vector(std::move(context), {t}, d),
-        .block_tables = from_vector(std::move(tables),
-                                    {static_cast<std::int64_t>(parts.size()), width}, d),
+        .block_tables =
+            from_vector(std::move(tables), {static_cast<std::int64_t>(parts.size()), width}, d),
         .logit_rows = from_vector(logit_rows, {static_cast<std::int64_t>(logit_rows.size())}, d)};
     logits = net->step(in, cache).to_vector<float>();
   } catch (...) {
@@ -179,7 +179,8 @@ bool generator::state::step() {
     if (p.sample && any_sample) {
       const std::span<const float> scores(logits.data() + row * vocab, vocab);
       ++row;
-      picked.emplace_back(&s, sample(scores, s.params, s.seed, static_cast<std::uint64_t>(s.generated)));
+      picked.emplace_back(
+          &s, sample(scores, s.params, s.seed, static_cast<std::uint64_t>(s.generated)));
     }
   }
   {
@@ -198,8 +199,7 @@ bool generator::state::step() {
   return true;
 }
 
-void generator::state::finish(sequence::state& s, lm::finish_reason why,
-                              std::exception_ptr error) {
+void generator::state::finish(sequence::state& s, lm::finish_reason why, std::exception_ptr error) {
   std::unique_lock lock(s.mutex);
   if (s.reason == finish_reason::none) {
     s.reason = why;
@@ -240,9 +240,8 @@ void generator::state::after_token(sequence::state& s, std::int32_t id) {
       longest = std::max(longest, stop.size());
     }
     // A stop text ends within the new piece: search the piece and the bytes before it.
-    const std::size_t from = s.tail.size() > piece.size() + longest
-                                 ? s.tail.size() - piece.size() - longest
-                                 : 0;
+    const std::size_t from =
+        s.tail.size() > piece.size() + longest ? s.tail.size() - piece.size() - longest : 0;
     for (const std::string& stop : p.stop) {
       if (s.tail.find(stop, from) != std::string::npos) {
         finish(s, finish_reason::stop);

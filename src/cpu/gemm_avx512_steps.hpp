@@ -1,0 +1,232 @@
+#pragma once
+
+// What cotensor's AVX-512 GEMMs share (gemm_avx512.cpp, the tiles over packed B;
+// gemm_rows_avx512.cpp, few rows over B in place): the register tile, the kinds of step along k
+// and how each reads A and B. Internal to src/cpu/.
+//
+// A kind of step (a `Steps`): float32 and float16, one k a step; bfloat16, a pair of k a step,
+// A's word holding (a[r][2p], a[r][2p+1]) and B's the same two rows of a column, the two bfloat16
+// that one vdpbf16ps lane multiplies and adds.
+
+#include "cotensor/dtype.hpp"
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// GCC 12 reports its own _mm512_undefined_epi32() inside the AVX-512 intrinsics as used
+// (or maybe used) uninitialised (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#define COTENSOR_HAVE_AVX512 1
+// One target for both kinds of step (a template's attribute cannot depend on its argument):
+// the float32 functions use no BF16 instruction (GCC 12 emits those only for their intrinsics),
+// so they run on any CPU with AVX-512 F and BW.
+#define COTENSOR_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#else
+#define COTENSOR_HAVE_AVX512 0
+#endif
+
+namespace cotensor::detail::cpu::avx512 {
+
+#if COTENSOR_HAVE_AVX512
+constexpr std::int64_t mr = 6;        // rows of the register tile
+constexpr std::int64_t nr = 64;       // columns of the register tile (four zmm)
+constexpr std::int64_t mc = 16 * mr;  // rows of a worker's tile
+constexpr std::int64_t nc = 8 * nr;   // columns of a worker's tile
+constexpr std::int64_t kc = 256;      // steps along k in a block
+// m · n · k up to which a GEMM runs on the calling thread, unpacked (as the MLP steps of the
+// tests and benchmarks: [8, 16] · [16, 32]).
+constexpr std::int64_t small_product = 8192;
+// Rows up to which B is read in place by groups of 6 rows rather than packed: packing reads B,
+// writes it and reads it again, so for up to three groups (a decode step of a few sequences)
+// reading B once a group costs no more, and needs no scratch as large as B.
+constexpr std::int64_t row_path_rows = 3 * mr;
+
+// float32: a step is one k.
+struct f32_steps {
+  using element = float;
+  using word = float;
+  static std::int64_t steps(std::int64_t k) { return k; }
+  static bool a_in_place(std::int64_t /*k*/) { return true; }
+  static word a_word(const element* row, std::int64_t p, std::int64_t /*k*/) { return row[p]; }
+  static float to_float(element e) { return e; }
+
+  // out[j] = b[p][col0 + j] for j < cols, 0 past them.
+  COTENSOR_AVX512_TARGET static void pack_b_row(const element* b,
+                                                std::int64_t /*k*/,
+                                                std::int64_t n,
+                                                std::int64_t p,
+                                                std::int64_t col0,
+                                                std::int64_t cols,
+                                                word* out) {
+    const element* row = b + p * n + col0;
+    if (cols == nr) {
+      for (std::int64_t j = 0; j < nr; j += 16) {
+        _mm512_storeu_ps(out + j, _mm512_loadu_ps(row + j));
+      }
+      return;
+    }
+    for (std::int64_t j = 0; j < nr; ++j) {
+      out[j] = j < cols ? row[j] : 0.0F;
+    }
+  }
+
+  // The 16 words of step p at columns [col, col + 16) of B, read in place (all in B).
+  COTENSOR_AVX512_TARGET static __m512 load_b_row(
+      const element* b, std::int64_t /*k*/, std::int64_t n, std::int64_t p, std::int64_t col) {
+    return _mm512_loadu_ps(b + p * n + col);
+  }
+
+  COTENSOR_AVX512_TARGET static __m512 broadcast(word w) { return _mm512_set1_ps(w); }
+  COTENSOR_AVX512_TARGET static __m512 load_b(const word* b) { return _mm512_loadu_ps(b); }
+  COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, __m512 a, __m512 b) {
+    return _mm512_fmadd_ps(a, b, acc);
+  }
+
+  static void store_row(const float* in, element* out, std::int64_t n) {
+    std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(float));
+  }
+};
+
+// bfloat16: a step is a pair of k.
+struct bf16_steps {
+  using element = std::uint16_t;
+  using word = std::uint32_t;
+  static std::int64_t steps(std::int64_t k) { return (k + 1) / 2; }
+  static bool a_in_place(std::int64_t k) { return k % 2 == 0; }
+  static float to_float(element e) { return float_from_bfloat16_bits(e); }
+  // (row[2p], row[2p+1]), zero past k.
+  static word a_word(const element* row, std::int64_t p, std::int64_t k) {
+    const word lo = row[2 * p];
+    const word hi = 2 * p + 1 < k ? row[2 * p + 1] : 0U;
+    return lo | (hi << 16);
+  }
+
+  // out[j] = (b[2p][col0 + j], b[2p+1][col0 + j]) for j < cols, 0 past them.
+  COTENSOR_AVX512_TARGET static void pack_b_row(const element* b,
+                                                std::int64_t k,
+                                                std::int64_t n,
+                                                std::int64_t p,
+                                                std::int64_t col0,
+                                                std::int64_t cols,
+                                                word* out) {
+    const element* lo = b + 2 * p * n + col0;
+    const element* hi = 2 * p + 1 < k ? lo + n : nullptr;
+    if (cols == nr) {
+      for (std::int64_t j = 0; j < nr; j += 16) {
+        const __m512i l =
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + j)));
+        const __m512i h = hi == nullptr ? _mm512_setzero_si512()
+                                        : _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                              reinterpret_cast<const __m256i*>(hi + j)));
+        _mm512_storeu_si512(out + j, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+      }
+      return;
+    }
+    for (std::int64_t j = 0; j < nr; ++j) {
+      const word l = j < cols ? lo[j] : 0U;
+      const word h = j < cols && hi != nullptr ? hi[j] : 0U;
+      out[j] = l | (h << 16);
+    }
+  }
+
+  // The 16 words of step p at columns [col, col + 16) of B, read in place (all in B): the
+  // words pack_b_row writes.
+  COTENSOR_AVX512_TARGET static __m512bh
+  load_b_row(const element* b, std::int64_t k, std::int64_t n, std::int64_t p, std::int64_t col) {
+    const element* lo = b + 2 * p * n + col;
+    const __m512i l =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo)));
+    const __m512i h =
+        2 * p + 1 < k
+            ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + n)))
+            : _mm512_setzero_si512();
+    return reinterpret_cast<__m512bh>(_mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+  }
+
+  COTENSOR_AVX512_TARGET static __m512bh broadcast(word w) {
+    return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(w)));
+  }
+  COTENSOR_AVX512_TARGET static __m512bh load_b(const word* b) {
+    return reinterpret_cast<__m512bh>(_mm512_loadu_si512(b));
+  }
+  COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, __m512bh a, __m512bh b) {
+    return _mm512_dpbf16_ps(acc, a, b);
+  }
+
+  // out[j] = bfloat16_t(in[j]): rounded to nearest even, NaN to the quiet NaN of its payload
+  // (bfloat16_bits_from_float in lanes; vcvtneps2bf16 would flush denormals).
+  COTENSOR_AVX512_TARGET static void store_row(const float* in, element* out, std::int64_t n) {
+    std::int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      const __m512 x = _mm512_loadu_ps(in + j);
+      const __m512i u = _mm512_castps_si512(x);
+      const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+      __m512i bits = _mm512_srli_epi32(
+          _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
+      bits = _mm512_mask_or_epi32(bits, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm512_cvtepi32_epi16(bits));
+    }
+    for (; j < n; ++j) {
+      out[j] = bfloat16_bits_from_float(in[j]);
+    }
+  }
+};
+
+// float16 for few rows only (the row path): a step is one k, B's halves converted exactly to
+// float32 as they are loaded (vcvtph2ps), so each element is the float32 kernel's sum of the
+// converted operands, bit for bit: the converting path's result, without converting B whole.
+struct f16_steps {
+  using element = std::uint16_t;
+  using word = float;
+  static std::int64_t steps(std::int64_t k) { return k; }
+  static word a_word(const element* row, std::int64_t p, std::int64_t /*k*/) {
+    return float_from_half_bits(row[p]);
+  }
+
+  COTENSOR_AVX512_TARGET static void pack_b_row(const element* b,
+                                                std::int64_t /*k*/,
+                                                std::int64_t n,
+                                                std::int64_t p,
+                                                std::int64_t col0,
+                                                std::int64_t cols,
+                                                word* out) {
+    const element* row = b + p * n + col0;
+    for (std::int64_t j = 0; j < nr; ++j) {
+      out[j] = j < cols ? float_from_half_bits(row[j]) : 0.0F;
+    }
+  }
+  COTENSOR_AVX512_TARGET static __m512 load_b_row(
+      const element* b, std::int64_t /*k*/, std::int64_t n, std::int64_t p, std::int64_t col) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * n + col)));
+  }
+  COTENSOR_AVX512_TARGET static __m512 broadcast(word w) { return _mm512_set1_ps(w); }
+  COTENSOR_AVX512_TARGET static __m512 load_b(const word* b) { return _mm512_loadu_ps(b); }
+  COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, __m512 a, __m512 b) {
+    return _mm512_fmadd_ps(a, b, acc);
+  }
+  // Rounded as float16_t(float) rounds (half_bits_from_float: NaN to the quiet NaN).
+  static void store_row(const float* in, element* out, std::int64_t n) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      out[j] = half_bits_from_float(in[j]);
+    }
+  }
+};
+
+/// c = a · b for rows of A by groups of 6, B read in place (cpu/gemm_avx512.hpp says when):
+/// each element summed step by step in k order from 0, as the tiled path sums it.
+template <class Steps>
+void row_gemm(const typename Steps::element* a,
+              const typename Steps::element* b,
+              typename Steps::element* c,
+              std::int64_t m,
+              std::int64_t k,
+              std::int64_t n);
+#endif
+
+}  // namespace cotensor::detail::cpu::avx512

@@ -1,0 +1,151 @@
+// cotensor's AVX-512 GEMMs for few rows (a decode step's matrix-vector products): B read in
+// place, a tile of 256 columns a worker, never packed and no scratch as large as B. Each element
+// is summed with the tiled path's instructions in its order, so a row's bits never depend on
+// the rows around it (gemm_avx512_steps.hpp has the kinds of step).
+
+#include "cpu/gemm_avx512_steps.hpp"
+#include "cpu/kernels.hpp"
+
+#include <algorithm>
+
+namespace cotensor::detail::cpu::avx512 {
+
+#if COTENSOR_HAVE_AVX512
+// Rows [0, rows) of c at columns [col0, col0 + 16 · vectors) (fewer at B's end): B read in
+// place, no scratch. Each element is the same sum as the tiled path's, step by step in k order
+// from 0 with the same instruction, so a row's result does not depend on the rows around it or
+// on which path ran.
+template <class Steps, int rows, int vectors>
+COTENSOR_AVX512_TARGET void row_panel(const typename Steps::element* a,
+                                      const typename Steps::element* b,
+                                      typename Steps::element* c,
+                                      std::int64_t k,
+                                      std::int64_t n,
+                                      std::int64_t col0) {
+  using word = typename Steps::word;
+  constexpr std::int64_t width = 16 * vectors;
+  const std::int64_t cols = std::min(width, n - col0);
+  __m512 acc[rows][vectors];
+  for (int r = 0; r < rows; ++r) {
+    for (int v = 0; v < vectors; ++v) {
+      acc[r][v] = _mm512_setzero_ps();
+    }
+  }
+  alignas(64) word tail[width];
+  if (cols < width) {
+    std::fill(tail, tail + width, word{0});
+  }
+  const std::int64_t steps = Steps::steps(k);
+  for (std::int64_t p = 0; p < steps; ++p) {
+    decltype(Steps::load_b(tail)) bv[vectors];
+    if (cols == width) {
+#pragma GCC unroll 16
+      for (int v = 0; v < vectors; ++v) {
+        bv[v] = Steps::load_b_row(b, k, n, p, col0 + 16 * v);
+      }
+    } else {
+      for (std::int64_t j = 0; j < cols; j += nr) {
+        Steps::pack_b_row(b, k, n, p, col0 + j, std::min(nr, cols - j), tail + j);
+      }
+      for (int v = 0; v < vectors; ++v) {
+        bv[v] = Steps::load_b(tail + 16 * v);
+      }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < rows; ++r) {
+      const auto ar = Steps::broadcast(Steps::a_word(a + r * k, p, k));
+#pragma GCC unroll 16
+      for (int v = 0; v < vectors; ++v) {
+        acc[r][v] = Steps::step(acc[r][v], ar, bv[v]);
+      }
+    }
+  }
+  alignas(64) float sums[width];
+  for (int r = 0; r < rows; ++r) {
+    for (int v = 0; v < vectors; ++v) {
+      _mm512_store_ps(sums + 16 * v, acc[r][v]);
+    }
+    Steps::store_row(sums, c + r * n + col0, cols);
+  }
+}
+
+// row_panel for `rows` (1 to 6) rows at columns [col0, col0 + 256): one row takes the 256
+// columns at once (one contiguous kilobyte of B per step for the prefetcher), more rows 64 at
+// a time.
+template <class Steps>
+void row_tile(const typename Steps::element* a,
+              const typename Steps::element* b,
+              typename Steps::element* c,
+              std::int64_t rows,
+              std::int64_t k,
+              std::int64_t n,
+              std::int64_t col0) {
+  if (rows == 1) {
+    row_panel<Steps, 1, 16>(a, b, c, k, n, col0);
+    return;
+  }
+  for (std::int64_t j = col0; j < std::min(n, col0 + 4 * nr); j += nr) {
+    switch (rows) {
+    case 2:
+      row_panel<Steps, 2, 4>(a, b, c, k, n, j);
+      break;
+    case 3:
+      row_panel<Steps, 3, 4>(a, b, c, k, n, j);
+      break;
+    case 4:
+      row_panel<Steps, 4, 4>(a, b, c, k, n, j);
+      break;
+    case 5:
+      row_panel<Steps, 5, 4>(a, b, c, k, n, j);
+      break;
+    default:
+      row_panel<Steps, 6, 4>(a, b, c, k, n, j);
+      break;
+    }
+  }
+}
+
+// c = a · b for few rows (a decode step's matrix-vector products): groups of at most 6 rows,
+// B's panels of 64 columns shared by the backend's workers (or on the calling thread when the
+// product is small), B read once per group and never packed.
+template <class Steps>
+void row_gemm(const typename Steps::element* a,
+              const typename Steps::element* b,
+              typename Steps::element* c,
+              std::int64_t m,
+              std::int64_t k,
+              std::int64_t n) {
+  constexpr std::int64_t tile = 4 * nr;  // columns
+  const std::int64_t tiles = (n + tile - 1) / tile;
+  for (std::int64_t i0 = 0; i0 < m; i0 += mr) {
+    const std::int64_t rows = std::min(mr, m - i0);
+    const auto* ai = a + i0 * k;
+    auto* ci = c + i0 * n;
+    if (m * n * k <= small_product) {
+      for (std::int64_t t = 0; t < tiles; ++t) {
+        row_tile<Steps>(ai, b, ci, rows, k, n, t * tile);
+      }
+    } else {
+      parallel_tiles(tiles,
+                     [&](std::int64_t t) { row_tile<Steps>(ai, b, ci, rows, k, n, t * tile); });
+    }
+  }
+}
+
+template void
+row_gemm<f32_steps>(const float*, const float*, float*, std::int64_t, std::int64_t, std::int64_t);
+template void row_gemm<bf16_steps>(const std::uint16_t*,
+                                   const std::uint16_t*,
+                                   std::uint16_t*,
+                                   std::int64_t,
+                                   std::int64_t,
+                                   std::int64_t);
+template void row_gemm<f16_steps>(const std::uint16_t*,
+                                  const std::uint16_t*,
+                                  std::uint16_t*,
+                                  std::int64_t,
+                                  std::int64_t,
+                                  std::int64_t);
+#endif
+
+}  // namespace cotensor::detail::cpu::avx512
