@@ -1,12 +1,14 @@
 #pragma once
 
 // Launch helpers shared by the CUDA backend's .cu files: the block size, the grid for a
-// grid-stride loop over `n` elements, and the check after a launch.
+// grid-stride loop over `n` elements, the check after a launch and the dispatch of a float op.
 
 #include "cuda/cuda_error.hpp"
+#include "kernels/element.hpp"
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 
 namespace cotensor::detail::cuda {
 
@@ -25,6 +27,20 @@ inline void check_launch(const char* kernel) {
   if (const cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
     throw_cuda_error(rc, kernel, __FILE__, __LINE__);
   }
+}
+
+/// Calls `f(type_tag<T>{})` with the C++ type of the float dtype `t`; throws
+/// std::invalid_argument for another (the frontend lets none through).
+template <class F>
+void with_float(dtype t, F&& f) {
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (is_float_v<T>) {
+      f(tag);
+    } else {
+      throw std::invalid_argument("cotensor: a float op on a non-float dtype");
+    }
+  });
 }
 
 /// This thread's first element and the stride of a grid-stride loop.

@@ -16,6 +16,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace cotensor::detail::cuda {
 
@@ -260,47 +261,47 @@ void copy_rows(const copy_rows_args& args) {
                                         cudaMemcpyDeviceToDevice, launch_stream()));
 }
 
-// index_select's check of its indices, which live on the device: the kernel raises a flag,
-// copied into a pinned block and read when the stream has run.
-struct index_check {
+// A check of indices that live on the device (index_select's, scatter_rows', paged_attention's):
+// the kernels raise a flag, copied into a pinned block and read when the stream has run; a
+// raised flag fails the op with std::out_of_range(message).
+struct range_check {
   device_context* device;
   staging_pool::block block;
-  std::int64_t extent;
+  std::string message;
 
   static std::exception_ptr finish(void* arg, bool ok) noexcept {
-    auto* c = static_cast<index_check*>(arg);
+    auto* c = static_cast<range_check*>(arg);
     int bad = 0;
     if (ok) {
       std::memcpy(&bad, c->block.data, sizeof bad);
     }
-    const std::int64_t extent = c->extent;
+    std::string message = std::move(c->message);
     c->device->staging().release(c->block);
     delete c;
     if (bad == 0) {
       return nullptr;
     }
     try {
-      return std::make_exception_ptr(std::out_of_range(
-          "cotensor::index_select: an index out of range [0, " + std::to_string(extent) + ")"));
+      return std::make_exception_ptr(std::out_of_range(message));
     } catch (...) {
       return std::current_exception();  // std::string's allocation failed
     }
   }
 };
 
-void index_select(const index_select_args& args) {
+// Runs `kernels(flag)` on this thread's launch, `flag` a zeroed int in device memory that they
+// raise for an index out of range; the op then fails with std::out_of_range(message).
+template <class Kernels>
+void with_range_check(std::string message, Kernels kernels) {
   launch& l = launch_here();
-  if (args.outer * args.count * args.inner == 0) {
-    return;
-  }
   device_context& d = *l.device;
-  auto* c = new index_check{&d, d.staging().acquire(sizeof(int)), args.extent};
-  l.after = {&index_check::finish, c};  // from here on, freed by the launch whatever happens
+  auto* c = new range_check{&d, d.staging().acquire(sizeof(int)), std::move(message)};
+  l.after = {&range_check::finish, c};  // from here on, freed by the launch whatever happens
   int* flag = nullptr;
   COTENSOR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&flag), sizeof(int), l.stream));
   try {
     COTENSOR_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), l.stream));
-    launch_index_select(args, flag);
+    kernels(flag);
     COTENSOR_CUDA_CHECK(
         cudaMemcpyAsync(c->block.data, flag, sizeof(int), cudaMemcpyDeviceToHost, l.stream));
   } catch (...) {
@@ -308,6 +309,36 @@ void index_select(const index_select_args& args) {
     throw;
   }
   COTENSOR_CUDA_CHECK(cudaFreeAsync(flag, l.stream));
+}
+
+void index_select(const index_select_args& args) {
+  if (args.outer * args.count * args.inner == 0) {
+    return;
+  }
+  with_range_check("cotensor::index_select: an index out of range [0, " +
+                       std::to_string(args.extent) + ")",
+                   [&](int* flag) { launch_index_select(args, flag); });
+}
+
+// Nothing is written when an index is out of range: the kernels check them all first.
+void scatter_rows(const scatter_rows_args& args) {
+  if (args.rows == 0 || args.row_bytes == 0) {
+    return;
+  }
+  with_range_check("cotensor::scatter_rows: an index outside [0, " + std::to_string(args.out_rows) +
+                       "); nothing written",
+                   [&](int* flag) { launch_scatter_rows(args, flag); });
+}
+
+void paged_attention(const paged_attention_args& args) {
+  if (args.tokens * args.heads * args.head_dim == 0) {
+    return;
+  }
+  with_range_check("cotensor::paged_attention: a row names a sequence outside [0, " +
+                       std::to_string(args.sequences) + "), a context outside [1, " +
+                       std::to_string(args.table_width * args.block_size) +
+                       "] or a block outside [0, " + std::to_string(args.blocks) + ")",
+                   [&](int* flag) { launch_paged_attention(args, flag); });
 }
 
 }  // namespace
@@ -335,10 +366,10 @@ const kernel_table kernel_table_of_cuda = {
     .index_select = index_select,
     .softmax = softmax,
     .layer_norm = layer_norm,
-    .rms_norm = nullptr,  // the language-model kernels are the CPU's so far: the ops refuse
-    .rope = nullptr,
-    .scatter_rows = nullptr,
-    .paged_attention = nullptr,
+    .rms_norm = rms_norm,
+    .rope = rope,
+    .scatter_rows = scatter_rows,
+    .paged_attention = paged_attention,
     .randn = randn,
     .host_chunks = nullptr,  // the host cannot touch device memory: `map` refuses
 };

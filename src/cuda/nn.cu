@@ -1,6 +1,6 @@
 // The CUDA backend's row-wise kernels for the ops models are made of: softmax and log-softmax,
-// layer norm (one block per row, a fixed-order tree: the same bits every run) and the gather
-// behind index_select. float16 and bfloat16 compute in float, as on the CPU; row sums
+// layer norm and RMSNorm (one block per row, a fixed-order tree: the same bits every run) and
+// the gather behind index_select. float16 and bfloat16 compute in float, as on the CPU; row sums
 // accumulate in double.
 
 #include "cuda/cuda_error.hpp"
@@ -131,6 +131,29 @@ __global__ void layer_norm_kernel(const T* in,
   }
 }
 
+// As the CPU's: the squares summed in double (here by the block's tree), the scaling in the row
+// type.
+template <class T>
+__global__ void rms_norm_kernel(
+    const T* in, const T* weight, T* out, std::int64_t rows, std::int64_t cols, double eps) {
+  using C = row_t<T>;
+  __shared__ double scratch[row_threads];
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* x = in + r * cols;
+    T* y = out + r * cols;
+    double squares = 0.0;
+    for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      const double v = static_cast<double>(x[j]);
+      squares += v * v;
+    }
+    squares = block_fold(squares, scratch, plus{});
+    const auto inv = static_cast<C>(1.0 / ::sqrt(squares / static_cast<double>(cols) + eps));
+    for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      y[j] = T(static_cast<C>(x[j]) * inv * static_cast<C>(weight[j]));
+    }
+  }
+}
+
 // Copies `inner` elements of `Word` per selected row; a bad index writes zeros and raises
 // the flag.
 template <class Word>
@@ -156,18 +179,6 @@ __global__ void index_select_kernel(const Word* in,
       out[i] = in[(o * extent + k) * inner + e];
     }
   }
-}
-
-template <class F>
-void with_float(dtype t, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (is_float_v<T>) {
-      f(tag);
-    } else {
-      throw std::invalid_argument("cotensor: a float op on a non-float dtype");
-    }
-  });
 }
 
 }  // namespace
@@ -197,6 +208,20 @@ void layer_norm(const layer_norm_args& args) {
         static_cast<const T*>(args.bias), static_cast<T*>(args.out), rows, args.cols, args.eps);
   });
   check_launch("layer_norm_kernel");
+}
+
+void rms_norm(const rms_norm_args& args) {
+  const std::int64_t rows = args.rows;
+  if (rows == 0 || args.cols == 0) {
+    return;
+  }
+  with_float(args.t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    rms_norm_kernel<T><<<row_blocks(rows), row_threads, 0, launch_stream()>>>(
+        static_cast<const T*>(args.in), static_cast<const T*>(args.weight),
+        static_cast<T*>(args.out), rows, args.cols, args.eps);
+  });
+  check_launch("rms_norm_kernel");
 }
 
 void launch_index_select(const index_select_args& args, int* bad_index) {

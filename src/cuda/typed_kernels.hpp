@@ -1,10 +1,10 @@
 #pragma once
 
 // The CUDA kernels for every dtype: elementwise (elementwise.cu), reductions (reduce.cu), the
-// row-wise ops of models (nn.cu) and the rest (kernels.cu). Declared in plain C++ (this header
-// compiles with the host compiler) like kernels.hpp. Each enqueues its work on the stream of
-// the launch in progress on this thread (`launch_stream()`), checks the launch and throws
-// std::system_error in `cuda_category()` if it failed.
+// row-wise ops of models (nn.cu), the language models' (attention.cu) and the rest (kernels.cu).
+// Declared in plain C++ (this header compiles with the host compiler) like kernels.hpp. Each
+// enqueues its work on the stream of the launch in progress on this thread (`launch_stream()`),
+// checks the launch and throws std::system_error in `cuda_category()` if it failed.
 
 #include "kernels/kernel_table.hpp"
 
@@ -28,6 +28,8 @@ void unary(const unary_args& args);
 void transpose(const transpose_args& args);
 void softmax(const softmax_args& args);
 void layer_norm(const layer_norm_args& args);
+void rms_norm(const rms_norm_args& args);
+void rope(const rope_args& args);
 void randn(const randn_args& args);
 
 /// An output's extents and up to three operands' strides in its index space (0 where
@@ -49,5 +51,16 @@ void launch_reduce(const reduce_args& args);
 /// kernel_table::index_select, except that an index outside [0, extent) writes zeros and sets
 /// `*bad_index` (device memory) to 1, which the caller checks after the stream has run.
 void launch_index_select(const index_select_args& args, int* bad_index);
+/// kernel_table::scatter_rows, except that an index outside [0, out_rows) sets `*bad_index`
+/// (device memory, zero before) and then nothing is written.
+void launch_scatter_rows(const scatter_rows_args& args, int* bad_index);
+/// kernel_table::paged_attention, except that a row whose sequence, context or blocks are out
+/// of range writes zeros and sets `*bad_index` (device memory). Throws std::invalid_argument
+/// for a head_dim over `gpu_max_attention_head_dim`.
+void launch_paged_attention(const paged_attention_args& args, int* bad_index);
+
+/// The largest head_dim `launch_paged_attention` takes: a block holds a query row and its
+/// accumulators, in float, in shared memory.
+inline constexpr std::int64_t gpu_max_attention_head_dim = 4096;
 
 }  // namespace cotensor::detail::cuda
