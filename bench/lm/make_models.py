@@ -28,6 +28,7 @@ import sys
 import time
 
 import torch
+import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from tokenizers.trainers import BpeTrainer
 from transformers import (GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast, Qwen2Config,
@@ -89,13 +90,14 @@ def make(name, make_model, tok):
     params = sum(p.numel() for p in model.parameters())
     (partial / "made_by.json").write_text(json.dumps({
         "version": VERSION, "script": "bench/lm/make_models.py", "seed": 0, "parameters": params,
-        "transformers": __import__("transformers").__version__, "torch": torch.__version__}) + "\n")
+        "transformers": transformers.__version__, "torch": torch.__version__}) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)
     print(f"{out}: made, {params / 1e6:.1f} M parameters, {time.monotonic() - start:.0f} s")
 
 
 def main():
+    transformers.utils.logging.disable_progress_bar()
     OUT.mkdir(parents=True, exist_ok=True)
     wanted = {"gpt2-small": gpt2, "qwen2-0.5b": qwen2}
     if all(is_current(OUT / name) for name in wanted):

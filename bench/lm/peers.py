@@ -20,8 +20,8 @@ Messages (a peer skipped and why, a conversion) go to stderr.
   $COTENSOR_CACHE/lm-bench/ct2/, the vocabulary padded to the model's (CTranslate2 wants one
   token per row of the embedding; the models' tokenizer has fewer); `generate_tokens` with
   end_token set to the vocabulary's size, an id the model cannot produce, and min_length 0
-  (min_length masks the end tokens' logits). CTranslate2 computes in neither bfloat16 nor
-  float16 on a CPU: for those dtypes it is skipped, with the reason.
+  (min_length masks the end tokens' logits). CTranslate2 has no bfloat16 compute on a CPU
+  (4.8.5: float32, int8, int8_float32): for bfloat16 it is skipped, with the reason.
 
 Usage (the python3 of bench/lm/make_models.sh's environment):
   python3 bench/lm/peers.py MODEL_DIR [--dtype float32|bfloat16] [--prompt P] [--new N]
@@ -74,6 +74,7 @@ class FirstToken(transformers.generation.BaseStreamer):
 
 
 def time_transformers(folder, dtype, ids, new, repeat):
+    """R (ttft, total) pairs in seconds of transformers' greedy generation, after a warm-up."""
     model = transformers.AutoModelForCausalLM.from_pretrained(
         folder, dtype=getattr(torch, dtype)).eval()
     model.generation_config.eos_token_id = None
@@ -141,7 +142,8 @@ def ct2_model(folder, quantization):
 
 
 def time_ctranslate2(folder, dtype, ids, new, repeat):
-    """None, with the reason said, when CTranslate2 is missing or cannot compute in `dtype`."""
+    """As time_transformers for CTranslate2; None, with the reason said, when it is missing or
+    cannot compute in `dtype`."""
     try:
         import ctranslate2
     except ImportError as error:

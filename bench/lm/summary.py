@@ -4,6 +4,7 @@ Each figure is the median over the run's rounds. Tables:
 - per model and dtype, decode and prefill tok/s of cotensor (one sequence), transformers and
   CTranslate2, with cotensor's ratio to each;
 - cotensor's aggregate tok/s at each concurrency and the ratio of 16 sequences to 1;
+- cotensor's prefix cache: a prompt's time to first token, then the same prompt's again;
 - per model and peer, the bfloat16/float32 decode ratio, and the decode bandwidth: the weights'
   bytes in the dtype (each tensor of model.safetensors once, so a tied head counts once) times
   decode tok/s, in GB/s and as a share of the STREAM-like triad GB/s that cotensor_bench_lm
@@ -66,9 +67,11 @@ def main():
         if "triad_gb_s" in r:
             triads.append(r["triad_gb_s"])
             continue
-        shape.add((r["prompt"], r["new"]))
+        if "new" in r:
+            shape.add((r["prompt"], r["new"]))
         key = (r["impl"], r["model"], r["dtype"], r.get("concurrency", 1))
-        for field in ("decode_tok_s", "prefill_tok_s", "aggregate_tok_s"):
+        for field in ("decode_tok_s", "prefill_tok_s", "aggregate_tok_s", "prefix_ttft_cold_ms",
+                      "prefix_ttft_warm_ms"):
             if r.get(field) is not None:
                 samples[key + (field,)].append(r[field])
     pairs = sorted({(k[1], k[2]) for k in samples}, key=lambda p: (p[0], p[1] != "float32"))
@@ -97,6 +100,14 @@ def main():
         rows.append([model, dtype, *map(fmt, v), fmt(ratio(v[2], v[0]), 2)])
     print("cotensor aggregate tok/s by concurrency:\n")
     print(table(["model", "dtype", *map(str, CONCURRENCIES), "16/1"], rows) + "\n")
+
+    rows = []
+    for model, dtype in pairs:
+        cold = get("cotensor", model, dtype, "prefix_ttft_cold_ms")
+        warm = get("cotensor", model, dtype, "prefix_ttft_warm_ms")
+        rows.append([model, dtype, fmt(cold, 2), fmt(warm, 2), fmt(ratio(cold, warm), 2)])
+    print("cotensor prefix cache, time to first token (ms) of a prompt and of the same again:\n")
+    print(table(["model", "dtype", "cold", "warm", "cold/warm"], rows) + "\n")
 
     rows = []
     for model in sorted({m for m, _ in pairs}):
