@@ -178,8 +178,8 @@ tensor layer_norm(const tensor& x, const tensor& weight, const tensor& bias, dou
 /// last axis's extent and x's dtype; float dtypes (the mean in double).
 tensor rms_norm(const tensor& x, const tensor& weight, double eps = 1e-6);
 
-// The ops of transformer language models (<cotensor/lm.hpp> is made of them). CPU kernels so
-// far: on another device they throw std::invalid_argument naming the op and the device.
+// The ops of transformer language models (<cotensor/lm.hpp> is made of them), on the CPU and
+// CUDA (the CUDA kernels are compiled and tested against the CPU, not yet run on a GPU).
 
 /// Rotary position embedding of `x` [rows, heads · head_dim] (rotating halves, as Hugging
 /// Face's Llama): row r's heads are rotated by angles positions[r] · theta^(−2i / head_dim),
