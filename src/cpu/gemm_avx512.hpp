@@ -11,8 +11,9 @@
 // fewer rows packed); tiles of 96 rows x 512 columns of C taken by the backend's workers; k
 // walked in blocks of 256 steps with the float32 partial sums of a tile in a worker's scratch.
 // The blocks and their order along k do not depend on the number of workers, so results are
-// bit-identical whatever the thread count. Up to 18 rows (a decode step's matrix-vector
-// products), B is read in place by groups of 6 rows, never packed; products of at most 8192
+// bit-identical whatever the thread count. Up to 64 rows (a decode step's products), B is read in
+// place, never packed: a worker runs every group of 6 rows over its tile of columns, the tile's
+// part of B in its L2 cache after the first group; products of at most 8192
 // multiply-adds run so on the calling thread. Every path computes an element of C with the same
 // instructions in the same k order, so a row's result does not depend on the other rows (batch
 // invariance, which the language models' continuous batching relies on). Scratch comes from the
@@ -45,7 +46,7 @@ void bf16_gemm_avx512(const bfloat16_t* a,
 /// c[m, n] = a[m, k] · b[k, n], row-major float16, for few rows (a decode step): B's halves
 /// converted to float32 as they are read, the float32 kernel's sums, rounded once; the same bits
 /// as converting the operands and running sgemm_avx512. Returns false, doing nothing, for more
-/// than 18 rows (convert and multiply then). Requires cpu_has_avx512().
+/// than 64 rows (convert and multiply then). Requires cpu_has_avx512().
 bool f16_gemm_rows_avx512(const float16_t* a,
                           const float16_t* b,
                           float16_t* c,

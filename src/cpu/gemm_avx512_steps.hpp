@@ -41,10 +41,11 @@ constexpr std::int64_t kc = 256;      // steps along k in a block
 // m · n · k up to which a GEMM runs on the calling thread, unpacked (as the MLP steps of the
 // tests and benchmarks: [8, 16] · [16, 32]).
 constexpr std::int64_t small_product = 8192;
-// Rows up to which B is read in place by groups of 6 rows rather than packed: packing reads B,
-// writes it and reads it again, so for up to three groups (a decode step of a few sequences)
-// reading B once a group costs no more, and needs no scratch as large as B.
-constexpr std::int64_t row_path_rows = 3 * mr;
+// Rows up to which B is read in place rather than packed (a decode step of up to 64 sequences):
+// packing reads B, writes it and reads it again, and needs scratch as large as B (a model's
+// head: hundreds of megabytes); the row path reads each tile of B from memory once and from the
+// core's cache for the other rows.
+constexpr std::int64_t row_path_rows = 64;
 
 // float32: a step is one k.
 struct f32_steps {

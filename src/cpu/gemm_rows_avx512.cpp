@@ -72,6 +72,9 @@ COTENSOR_AVX512_TARGET void row_panel(const typename Steps::element* a,
 // row_panel for `rows` (1 to 6) rows at columns [col0, col0 + 256): one row takes the 256
 // columns at once (one contiguous kilobyte of B per step for the prefetcher), more rows 64 at
 // a time.
+// row_panel for `rows` (1 to 6) rows at columns [col0, col0 + width): a whole tile of 256
+// columns at once for one row (one contiguous kilobyte of B per step for the prefetcher), else
+// 64 at a time.
 template <class Steps>
 void row_tile(const typename Steps::element* a,
               const typename Steps::element* b,
@@ -79,13 +82,17 @@ void row_tile(const typename Steps::element* a,
               std::int64_t rows,
               std::int64_t k,
               std::int64_t n,
-              std::int64_t col0) {
-  if (rows == 1) {
+              std::int64_t col0,
+              std::int64_t width) {
+  if (rows == 1 && width == 4 * nr) {
     row_panel<Steps, 1, 16>(a, b, c, k, n, col0);
     return;
   }
-  for (std::int64_t j = col0; j < std::min(n, col0 + 4 * nr); j += nr) {
+  for (std::int64_t j = col0; j < std::min(n, col0 + width); j += nr) {
     switch (rows) {
+    case 1:
+      row_panel<Steps, 1, 4>(a, b, c, k, n, j);
+      break;
     case 2:
       row_panel<Steps, 2, 4>(a, b, c, k, n, j);
       break;
@@ -105,9 +112,10 @@ void row_tile(const typename Steps::element* a,
   }
 }
 
-// c = a · b for few rows (a decode step's matrix-vector products): groups of at most 6 rows,
-// B's panels of 64 columns shared by the backend's workers (or on the calling thread when the
-// product is small), B read once per group and never packed.
+// c = a · b for rows up to row_path_rows (a decode step's products): a worker takes a tile of
+// columns and runs every group of 6 rows over it, the tile's part of B (at most 512 KiB) read
+// from memory by the first group and from the core's L2 cache by the others. B is never packed.
+// Products small enough run on the calling thread.
 template <class Steps>
 void row_gemm(const typename Steps::element* a,
               const typename Steps::element* b,
@@ -115,21 +123,25 @@ void row_gemm(const typename Steps::element* a,
               std::int64_t m,
               std::int64_t k,
               std::int64_t n) {
-  constexpr std::int64_t tile = 4 * nr;  // columns
-  const std::int64_t tiles = (n + tile - 1) / tile;
-  for (std::int64_t i0 = 0; i0 < m; i0 += mr) {
-    const std::int64_t rows = std::min(mr, m - i0);
-    const auto* ai = a + i0 * k;
-    auto* ci = c + i0 * n;
-    if (m * n * k <= small_product) {
-      for (std::int64_t t = 0; t < tiles; ++t) {
-        row_tile<Steps>(ai, b, ci, rows, k, n, t * tile);
-      }
-    } else {
-      parallel_tiles(tiles,
-                     [&](std::int64_t t) { row_tile<Steps>(ai, b, ci, rows, k, n, t * tile); });
+  const auto groups = [&](std::int64_t col0, std::int64_t width) {
+    for (std::int64_t i0 = 0; i0 < m; i0 += mr) {
+      row_tile<Steps>(a + i0 * k, b, c + i0 * n, std::min(mr, m - i0), k, n, col0, width);
     }
+  };
+  if (m * n * k <= small_product) {
+    for (std::int64_t j = 0; j < n; j += 4 * nr) {
+      groups(j, 4 * nr);
+    }
+    return;
   }
+  // Tiles of 256 columns for one group of rows; for more, as wide as 512 KiB of B allows; and
+  // narrow enough for two tiles a worker.
+  const std::int64_t bytes_per_column = k * static_cast<std::int64_t>(sizeof(*b));
+  const std::int64_t fits = m <= mr ? 4 * nr : (std::int64_t{512} << 10) / bytes_per_column;
+  const std::int64_t share = (n + 2 * backend_concurrency() - 1) / (2 * backend_concurrency());
+  const std::int64_t width =
+      std::clamp(std::min(fits, (share + nr - 1) / nr * nr) / nr * nr, nr, 4 * nr);
+  parallel_tiles((n + width - 1) / width, [&](std::int64_t t) { groups(t * width, width); });
 }
 
 template void
