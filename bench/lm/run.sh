@@ -19,7 +19,7 @@
 #   models, concurrency 1,4,16,64, 2 rounds. --quick: P=32, N=16, R=1, gpt2-small only,
 #   concurrency 1,4, 2 rounds (about a minute of peers on 2 cores).
 # Env: COTENSOR_CACHE, COTENSOR_VENV (see make_models.sh), COTENSOR_LM_RESULTS (the results
-#      file instead of bench/results/...).
+#      file instead of bench/results/...), COTENSOR_LM_REPEAT (R).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -38,6 +38,7 @@ if ((quick)); then
 else
   prompt=128 new=64 repeat=3 concurrency=1,4,16,64 models=(gpt2-small qwen2-0.5b) suffix=
 fi
+repeat=${COTENSOR_LM_REPEAT:-$repeat}
 dtypes=(float32 bfloat16)
 rounds=2
 bench=$build/bench/cotensor_bench_lm

@@ -3,7 +3,8 @@
 Each figure is the median over the run's rounds. Tables:
 - per model and dtype, decode and prefill tok/s of cotensor (one sequence), transformers and
   CTranslate2, with cotensor's ratio to each;
-- cotensor's aggregate tok/s at each concurrency and the ratio of 16 sequences to 1;
+- cotensor's aggregate tok/s at each concurrency (all tokens over the wall time, and over the
+  decode phase once every prompt is read) and the ratio of 16 sequences to 1;
 - cotensor's prefix cache: a prompt's time to first token, then the same prompt's again;
 - per model and peer, the bfloat16/float32 decode ratio, and the decode bandwidth: the weights'
   bytes in the dtype (each tensor of model.safetensors once, so a tied head counts once) times
@@ -70,8 +71,8 @@ def main():
         if "new" in r:
             shape.add((r["prompt"], r["new"]))
         key = (r["impl"], r["model"], r["dtype"], r.get("concurrency", 1))
-        for field in ("decode_tok_s", "prefill_tok_s", "aggregate_tok_s", "prefix_ttft_cold_ms",
-                      "prefix_ttft_warm_ms"):
+        for field in ("decode_tok_s", "prefill_tok_s", "aggregate_tok_s",
+                      "decode_aggregate_tok_s", "prefix_ttft_cold_ms", "prefix_ttft_warm_ms"):
             if r.get(field) is not None:
                 samples[key + (field,)].append(r[field])
     pairs = sorted({(k[1], k[2]) for k in samples}, key=lambda p: (p[0], p[1] != "float32"))
@@ -94,12 +95,17 @@ def main():
         print(table(["model", "dtype", *IMPLS, "cotensor/transformers", "cotensor/ctranslate2"],
                     rows) + "\n")
 
-    rows = []
-    for model, dtype in pairs:
-        v = [get("cotensor", model, dtype, "aggregate_tok_s", c) for c in CONCURRENCIES]
-        rows.append([model, dtype, *map(fmt, v), fmt(ratio(v[2], v[0]), 2)])
-    print("cotensor aggregate tok/s by concurrency:\n")
-    print(table(["model", "dtype", *map(str, CONCURRENCIES), "16/1"], rows) + "\n")
+    for field, title in (("aggregate_tok_s", "all tokens / wall time, prompts included"),
+                         ("decode_aggregate_tok_s", "tokens / time once every prompt is read")):
+        rows = []
+        for model, dtype in pairs:
+            v = [get("cotensor", model, dtype, field, c) for c in CONCURRENCIES]
+            if all(x is None for x in v):
+                continue
+            rows.append([model, dtype, *map(fmt, v), fmt(ratio(v[2], v[0]), 2)])
+        if rows:
+            print(f"cotensor aggregate tok/s by concurrency ({title}):\n")
+            print(table(["model", "dtype", *map(str, CONCURRENCIES), "16/1"], rows) + "\n")
 
     rows = []
     for model, dtype in pairs:

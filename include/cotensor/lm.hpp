@@ -199,13 +199,15 @@ struct generator_options {
   /// Tokens per block of the cache (16, as vLLM).
   std::int64_t block_size = 16;
   /// The most tokens one step computes, over all sequences (decode tokens first, then prompt
-  /// chunks).
+  /// chunks: keep it above `max_running`, or prompts wait while every sequence decodes).
   std::int64_t token_budget = 512;
   /// The most prompt tokens of one sequence in one step (chunked prefill: a long prompt never
   /// holds other sequences' tokens back for long).
   std::int64_t prefill_chunk = 256;
   /// A sequence with this many tokens not yet taken by `async_next` is paused (skipped by the
-  /// steps) until its reader catches up: a slow reader never makes memory grow.
+  /// steps) until its reader catches up: a slow reader never makes memory grow. A paused
+  /// sequence keeps its cache blocks and its place among `max_running`: read every running
+  /// sequence (one coroutine each), or sequences behind it may wait for room indefinitely.
   std::size_t max_unread = 64;
   /// Identical prompt prefixes share full cache blocks (found by a hash of their tokens,
   /// checked id for id), so a repeated prefix is computed once.
@@ -214,12 +216,12 @@ struct generator_options {
 
 /// What a `generator` is doing, read at one moment.
 struct generator_stats {
-  std::size_t running = 0;          ///< sequences admitted and not finished
-  std::size_t waiting = 0;          ///< sequences waiting for room
-  std::size_t kv_blocks_used = 0;   ///< cache blocks held by sequences
-  std::size_t kv_blocks_total = 0;  ///< cache blocks in the pool
-  std::uint64_t steps = 0;          ///< forward passes run
-  std::uint64_t tokens_generated = 0;
+  std::size_t running = 0;                   ///< sequences admitted and not finished
+  std::size_t waiting = 0;                   ///< sequences waiting for room
+  std::size_t kv_blocks_used = 0;            ///< cache blocks held by sequences
+  std::size_t kv_blocks_total = 0;           ///< cache blocks in the pool
+  std::uint64_t steps = 0;                   ///< forward passes run
+  std::uint64_t tokens_generated = 0;        ///< tokens sampled (end-of-sequence ids included)
   std::uint64_t prompt_tokens_computed = 0;  ///< prompt tokens run through the model
   std::uint64_t prefix_cache_hits = 0;       ///< prompt tokens taken from shared blocks
 };

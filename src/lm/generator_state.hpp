@@ -83,6 +83,8 @@ struct generator::state {
   bool step();
   bool admit(sequence::state& s);
   void finish(sequence::state& s, lm::finish_reason why, std::exception_ptr error = nullptr);
+  /// Fails every running and waiting sequence with `error` (a step that threw past its guards).
+  void fail_all(const std::exception_ptr& error) noexcept;
   void deliver(sequence::state& s, std::int32_t id);
   void after_token(sequence::state& s, std::int32_t id);
 };

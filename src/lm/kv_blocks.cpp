@@ -41,8 +41,11 @@ std::vector<std::int64_t> kv_blocks::find(std::span<const std::int32_t> tokens,
       break;
     }
     const entry& e = blocks_[static_cast<std::size_t>(it->second)];
-    if (e.parent != parent ||
-        !std::equal(ids.begin(), ids.end(), e.tokens.begin(), e.tokens.end())) {
+    const std::int64_t before = found.empty() ? -1 : found.back();
+    const bool same_parent =
+        e.parent == before &&
+        (before < 0 || e.parent_use == blocks_[static_cast<std::size_t>(before)].use);
+    if (!same_parent || !std::equal(ids.begin(), ids.end(), e.tokens.begin(), e.tokens.end())) {
       break;  // a collision: not the same prefix
     }
     found.push_back(it->second);
@@ -76,6 +79,7 @@ std::int64_t kv_blocks::allocate() {
     e.tokens.clear();
   }
   entry& e = blocks_[static_cast<std::size_t>(block)];
+  ++e.use;  // the blocks published after its old contents no longer follow it
   e.refs = 1;
   ++used_;
   return block;
@@ -96,27 +100,28 @@ void kv_blocks::release(std::int64_t block) {
 }
 
 void kv_blocks::publish(std::int64_t block,
-                        std::span<const std::int32_t> tokens,
-                        std::int64_t end,
-                        std::int64_t block_size) {
+                        std::int64_t parent,
+                        std::span<const std::int32_t> ids) {
   entry& e = blocks_[static_cast<std::size_t>(block)];
   if (e.hash) {
     return;
   }
-  std::uint64_t parent = 0;
-  for (std::int64_t at = block_size; at < end; at += block_size) {
-    parent = hash_of(parent, tokens.subspan(static_cast<std::size_t>(at - block_size),
-                                            static_cast<std::size_t>(block_size)));
+  std::uint64_t parent_hash = 0;
+  if (parent >= 0) {
+    const entry& p = blocks_[static_cast<std::size_t>(parent)];
+    if (!p.hash) {
+      return;  // its prefix is not findable: neither is this block
+    }
+    parent_hash = *p.hash;
   }
-  const auto ids = tokens.subspan(static_cast<std::size_t>(end - block_size),
-                                  static_cast<std::size_t>(block_size));
-  const std::uint64_t h = hash_of(parent, ids);
+  const std::uint64_t h = hash_of(parent_hash, ids);
   if (cached_.contains(h)) {
-    return;  // the same prefix in another block: this one stays private
+    return;  // the same prefix in another block (or a collision): this one stays private
   }
   cached_.emplace(h, block);
   e.hash = h;
   e.parent = parent;
+  e.parent_use = parent >= 0 ? blocks_[static_cast<std::size_t>(parent)].use : 0;
   e.tokens.assign(ids.begin(), ids.end());
 }
 

@@ -2,9 +2,12 @@
 
 // The bookkeeping of a paged key/value cache (vLLM's block manager): which blocks are free,
 // which sequences hold which, and the prefix cache — full blocks found again by a hash of their
-// tokens and of the blocks before them, checked id for id, shared by reference count. Blocks no
-// sequence holds stay findable until a new block is needed (then the least recently released
-// is reused). Used by the generator's thread only: not thread-safe.
+// tokens and of the blocks before them, shared by reference count. The hash only finds: a block
+// is taken when its ids are the prompt's, id for id, and the block it was computed after is the
+// one found before it, in the same use (a block reused for other ids drops its followers), so
+// a hash collision, accidental or crafted, never shares a wrong block. Blocks no sequence holds
+// stay findable until a new block is needed (then the least recently released is reused). Used
+// by the generator's thread only: not thread-safe.
 
 #include <cstdint>
 #include <list>
@@ -40,23 +43,23 @@ public:
   std::int64_t allocate();
   /// Drops a reference; a block no one holds becomes free, or stays cached if published.
   void release(std::int64_t block);
-  /// Records that `block`, held, now holds the full block of `tokens` ending at `end` (a
-  /// multiple of block_size): later `find`s return it. Nothing if that prefix is cached already.
-  void publish(std::int64_t block,
-               std::span<const std::int32_t> tokens,
-               std::int64_t end,
-               std::int64_t block_size);
+  /// Records that `block`, held, now holds the full block `ids` computed after `parent` (the
+  /// sequence's block before it, or -1 for its first): later `find`s return it. Nothing if
+  /// that prefix is cached already, or if `parent` was not recorded.
+  void publish(std::int64_t block, std::int64_t parent, std::span<const std::int32_t> ids);
 
 private:
   struct entry {
     int refs = 0;
-    std::optional<std::uint64_t> hash;      // published
-    std::uint64_t parent = 0;               // the hash of the blocks before it
+    std::optional<std::uint64_t> hash;      // published: the chained hash of its prefix
+    std::int64_t parent = -1;               // the block it was computed after (-1: the first)
+    std::uint64_t parent_use = 0;           // that block's `use` then
+    std::uint64_t use = 0;                  // how many times the block was allocated
     std::vector<std::int32_t> tokens;       // the block's ids, to check a hash's match
     std::list<std::int64_t>::iterator lru;  // in idle_ when cached and held by none
   };
 
-  // The chained hash of the block [end − block_size, end) of `tokens` after `parent`.
+  // The chained hash of the ids of a block after the blocks whose hash is `parent`.
   static std::uint64_t hash_of(std::uint64_t parent, std::span<const std::int32_t> block);
 
   std::vector<entry> blocks_;

@@ -65,6 +65,12 @@ std::int32_t sample(std::span<const float> logits,
                     const sampling_params& p,
                     std::uint64_t seed,
                     std::uint64_t n) {
+  for (const float x : logits) {
+    if (!(x < INFINITY)) {  // NaN or +inf: no order, no probabilities
+      throw std::runtime_error("cotensor::lm::generator: the model's logits are not finite "
+                               "(NaN or infinity)");
+    }
+  }
   if (p.temperature == 0.0F || p.top_k == 1) {
     return greedy(logits);
   }

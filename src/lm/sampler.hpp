@@ -15,7 +15,7 @@ namespace cotensor::lm {
 void check_sampling(const sampling_params& p);
 
 /// The token picked from `logits` (one row of the vocabulary) for the `n`-th token generated
-/// under `seed`.
+/// under `seed`. Throws std::runtime_error if a logit is NaN or +infinity.
 std::int32_t sample(std::span<const float> logits,
                     const sampling_params& p,
                     std::uint64_t seed,

@@ -22,7 +22,16 @@ void generator::state::loop() {
       }
       poked = false;
     }
-    if (step()) {
+    bool again = false;
+    try {
+      again = step();
+    } catch (...) {
+      // Nothing of a step may end the process (an allocation failed, say): every sequence
+      // fails with the exception instead, and the generator goes on with new ones.
+      fail_all(std::current_exception());
+      again = true;
+    }
+    if (again) {
       const std::lock_guard lock(mutex);
       poked = true;  // go on while there is work
     }
@@ -170,17 +179,21 @@ bool generator::state::step() {
     sequence::state& s = *p.s;
     s.computed += p.count;
     if (options.prefix_caching) {
-      while ((s.published + 1) * static_cast<std::size_t>(bs) <= s.computed) {
-        ++s.published;
-        blocks.publish(s.blocks[s.published - 1], s.tokens,
-                       static_cast<std::int64_t>(s.published) * bs, bs);
+      const auto block = static_cast<std::size_t>(bs);
+      for (; (s.published + 1) * block <= s.computed; ++s.published) {
+        blocks.publish(s.blocks[s.published], s.published == 0 ? -1 : s.blocks[s.published - 1],
+                       std::span(s.tokens).subspan(s.published * block, block));
       }
     }
     if (p.sample && any_sample) {
       const std::span<const float> scores(logits.data() + row * vocab, vocab);
       ++row;
-      picked.emplace_back(
-          &s, sample(scores, s.params, s.seed, static_cast<std::uint64_t>(s.generated)));
+      try {
+        picked.emplace_back(
+            &s, sample(scores, s.params, s.seed, static_cast<std::uint64_t>(s.generated)));
+      } catch (...) {
+        finish(s, finish_reason::error, std::current_exception());  // non-finite logits
+      }
     }
   }
   {
@@ -190,13 +203,35 @@ bool generator::state::step() {
     figures.prompt_tokens_computed += prompt_tokens;
   }
   for (const auto& [s, id] : picked) {
-    after_token(*s, id);
+    try {
+      after_token(*s, id);
+    } catch (...) {
+      finish(*s, finish_reason::error, std::current_exception());
+    }
   }
   std::erase_if(running, [](const auto& s) { return s->blocks.empty(); });
   const std::lock_guard lock(mutex);
   figures.running = running.size();
   figures.kv_blocks_used = static_cast<std::size_t>(blocks.used());
   return true;
+}
+
+void generator::state::fail_all(const std::exception_ptr& error) noexcept {
+  for (const auto& s : running) {
+    finish(*s, finish_reason::error, error);
+  }
+  running.clear();
+  std::deque<std::shared_ptr<sequence::state>> queued;
+  {
+    const std::lock_guard lock(mutex);
+    queued.swap(waiting);
+    figures.waiting = 0;
+    figures.running = 0;
+    figures.kv_blocks_used = static_cast<std::size_t>(blocks.used());
+  }
+  for (const auto& s : queued) {
+    finish(*s, finish_reason::error, error);
+  }
 }
 
 void generator::state::finish(sequence::state& s, lm::finish_reason why, std::exception_ptr error) {
@@ -233,7 +268,9 @@ void generator::state::after_token(sequence::state& s, std::int32_t id) {
   s.tokens.push_back(id);
   deliver(s, id);
   if (s.text) {
-    const std::string piece = s.text->push(id);
+    // An id past the tokenizer's (a model's padded vocabulary) has no text.
+    const std::string piece =
+        static_cast<std::size_t>(id) < net->tok.vocab_size() ? s.text->push(id) : std::string();
     s.tail += piece;
     std::size_t longest = 0;
     for (const std::string& stop : p.stop) {

@@ -1,0 +1,86 @@
+// The generator's parts on their own (src/lm/): the cache's block bookkeeping and prefix cache
+// (kv_blocks), and token sampling (sampler).
+
+#include "lm/kv_blocks.hpp"
+#include "lm/sampler.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+using cotensor::lm::kv_blocks;
+using cotensor::lm::sampling_params;
+
+TEST_SUITE("lm.blocks") {
+  TEST_CASE("blocks are held, released, found by their prefix and reused oldest first") {
+    kv_blocks pool(3);
+    CHECK(pool.available() == 3);
+    const std::vector<std::int32_t> ids{1, 2, 3, 4, 5, 6, 7, 8, 9};  // blocks of 4: 2 full
+    const std::int64_t a = pool.allocate();
+    const std::int64_t b = pool.allocate();
+    CHECK(pool.used() == 2);
+    CHECK(pool.find(ids, 4).empty());  // nothing published yet
+    pool.publish(a, -1, std::span(ids).first(4));
+    pool.publish(b, a, std::span(ids).subspan(4, 4));
+    CHECK(pool.find(ids, 4) == std::vector<std::int64_t>{a, b});
+    // Another second block, or another first one, is not found.
+    const std::vector<std::int32_t> other{1, 2, 3, 4, 5, 6, 7, 0};
+    CHECK(pool.find(other, 4) == std::vector<std::int64_t>{a});
+    const std::vector<std::int32_t> first_differs{0, 2, 3, 4, 5, 6, 7, 8};
+    CHECK(pool.find(first_differs, 4).empty());
+    // Released, they stay findable and available; held again, they are used.
+    pool.release(a);
+    pool.release(b);
+    CHECK(pool.used() == 0);
+    CHECK(pool.available() == 3);
+    CHECK(pool.find(ids, 4) == std::vector<std::int64_t>{a, b});
+    pool.hold(b);
+    CHECK(pool.held(b));
+    CHECK(pool.used() == 1);
+    pool.release(b);  // released last again: a is the least recently released
+    // New blocks come from the free one first, then the least recently released (a).
+    const std::int64_t c = pool.allocate();
+    CHECK(c != a);
+    CHECK(c != b);
+    CHECK(pool.allocate() == a);
+    CHECK(pool.find(ids, 4).empty());  // a's prefix is gone
+    // a holds the same ids again, published anew: b, computed after a's former use, is not
+    // taken as following it (its keys were computed after other contents, for all the pool
+    // knows), so a colliding hash could never chain a wrong block either.
+    pool.publish(a, -1, std::span(ids).first(4));
+    CHECK(pool.find(ids, 4) == std::vector<std::int64_t>{a});
+  }
+
+  TEST_CASE("a block whose prefix was not published is not published") {
+    kv_blocks pool(2);
+    const std::vector<std::int32_t> ids{1, 2, 3, 4};
+    const std::int64_t a = pool.allocate();
+    const std::int64_t b = pool.allocate();
+    pool.publish(b, a, std::span(ids).subspan(2, 2));  // a is not published
+    CHECK(pool.find(ids, 2).empty());
+  }
+
+  TEST_CASE("sampling: greedy, top-k and top-p keep the likeliest, ties to the lower id") {
+    const std::vector<float> logits{1.0F, 3.0F, 3.0F, 2.0F, -1.0F};
+    CHECK(cotensor::lm::sample(logits, {.temperature = 0.0F}, 1, 0) == 1);
+    // top_k 2 keeps ids 1 and 2; top_p 0.5 keeps id 1 alone (the first of the equal pair).
+    for (std::uint64_t n = 0; n < 50; ++n) {
+      const auto k2 = cotensor::lm::sample(logits, {.temperature = 1.0F, .top_k = 2}, 9, n);
+      CHECK((k2 == 1 || k2 == 2));
+      CHECK(cotensor::lm::sample(logits, {.temperature = 1.0F, .top_p = 0.3F}, 9, n) == 1);
+    }
+    // A seed and a counter give one token.
+    const sampling_params hot{.temperature = 2.0F};
+    CHECK(cotensor::lm::sample(logits, hot, 5, 17) == cotensor::lm::sample(logits, hot, 5, 17));
+    // Non-finite logits are refused rather than sorted.
+    std::vector<float> bad = logits;
+    bad[3] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_THROWS_AS(cotensor::lm::sample(bad, hot, 1, 0), std::runtime_error);
+    bad[3] = std::numeric_limits<float>::infinity();
+    CHECK_THROWS_AS(cotensor::lm::sample(bad, {.temperature = 0.0F}, 1, 0), std::runtime_error);
+  }
+}
