@@ -5,6 +5,7 @@
 
 #include "cotensor/cotensor.hpp"
 
+#include "engine/faults.hpp"
 #include "support/run.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -331,6 +332,76 @@ TEST_SUITE("lm.generate") {
         });
     CHECK(ec == asio::error::bad_descriptor);
     CHECK(!id);
+  }
+
+  TEST_CASE("a failed step ends its sequences with io_error; the generator goes on") {
+    const model m = model::load(data / "gpt2-tiny");
+    generator g(m, {.max_unread = 1});
+    const auto prompt = m.tokenizer().encode("Hello");
+    const sampling_params run20{.temperature = 0.0F, .max_tokens = 20, .ignore_eos = true};
+    auto s = g.submit(prompt, run20);
+    // Paused after its first token: no step runs until it is read.
+    REQUIRE(eventually([&] { return g.stats().steps == 1; }));
+    cotensor::detail::faults::fail_op(1);  // the next step's first op fails
+    asio::io_context io;
+    std::vector<std::int32_t> got;
+    boost::system::error_code ec;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          for (;;) {
+            auto [e, id] = co_await s.async_next(asio::as_tuple(asio::use_awaitable));
+            if (e || !id) {
+              ec = e;
+              co_return;
+            }
+            got.push_back(*id);
+          }
+        },
+        asio::detached);
+    io.run();
+    cotensor::detail::faults::reset();
+    CHECK(got.size() == 1);  // the token before the failed step
+    CHECK(ec == boost::system::errc::io_error);
+    CHECK(s.finish_reason() == finish_reason::error);
+    CHECK_THROWS_AS(std::rethrow_exception(s.error()), cotensor::detail::faults::injected_fault);
+    CHECK(eventually([&] { return g.stats().kv_blocks_used == 0; }));
+    auto next = g.submit(prompt, run20);
+    CHECK(read_one(next).size() == 20);
+  }
+
+  TEST_CASE("destroying the generator ends every sequence, its pending reader included") {
+    const model m = model::load(data / "gpt2-tiny");
+    const auto prompt = m.tokenizer().encode("Hello");
+    const sampling_params run40{.temperature = 0.0F, .max_tokens = 40, .ignore_eos = true};
+    asio::io_context io;
+    boost::system::error_code ec = asio::error::would_block;
+    std::optional<std::int32_t> id{0};
+    sequence running;
+    sequence queued;
+    {
+      generator g(m, {.max_running = 1, .max_unread = 1});
+      running = g.submit(prompt, run40);
+      queued = g.submit(prompt, run40);  // waits: the running one pauses, unread
+      queued.async_next(asio::bind_executor(io, [&](boost::system::error_code e, auto i) {
+        ec = e;
+        id = i;
+      }));
+    }
+    io.run();
+    CHECK(!ec);
+    CHECK(!id);
+    CHECK(queued.finish_reason() == finish_reason::cancelled);
+    CHECK(running.finish_reason() == finish_reason::cancelled);
+    // A sequence outliving its generator reads its end, and cancels without harm.
+    auto [e2, i2] = cotensor::test::run_to_completion(
+        [&]()
+            -> asio::awaitable<std::tuple<boost::system::error_code, std::optional<std::int32_t>>> {
+          co_return co_await running.async_next(asio::as_tuple(asio::use_awaitable));
+        });
+    CHECK(!e2);
+    CHECK(!i2);
+    running.cancel();
   }
 
   TEST_CASE("the prefix cache computes a repeated prompt prefix once, with the same tokens") {

@@ -239,6 +239,9 @@ void generator::state::finish(sequence::state& s, lm::finish_reason why, std::ex
   if (s.reason == finish_reason::none) {
     s.reason = why;
     s.error = std::move(error);
+    if (why == finish_reason::cancelled) {
+      s.unread.clear();  // as sequence::cancel: a cancelled sequence reads its end at once
+    }
   }
   wake_reader(s, lock);
   for (const std::int64_t b : s.blocks) {
