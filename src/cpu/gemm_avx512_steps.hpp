@@ -47,11 +47,21 @@ constexpr std::int64_t small_product = 8192;
 // core's cache for the other rows.
 constexpr std::int64_t row_path_rows = 64;
 
-// float32: a step is one k.
-struct f32_steps {
-  using element = float;
+// What the kinds whose word is one float32 share (float32, float16): a step is one k, its product
+// a vfmadd231ps.
+struct float_word_steps {
   using word = float;
   static std::int64_t steps(std::int64_t k) { return k; }
+  COTENSOR_AVX512_TARGET static __m512 broadcast(word w) { return _mm512_set1_ps(w); }
+  COTENSOR_AVX512_TARGET static __m512 load_b(const word* b) { return _mm512_loadu_ps(b); }
+  COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, __m512 a, __m512 b) {
+    return _mm512_fmadd_ps(a, b, acc);
+  }
+};
+
+// float32: a step is one k.
+struct f32_steps : float_word_steps {
+  using element = float;
   static bool a_in_place(std::int64_t /*k*/) { return true; }
   static word a_word(const element* row, std::int64_t p, std::int64_t /*k*/) { return row[p]; }
   static float to_float(element e) { return e; }
@@ -80,12 +90,6 @@ struct f32_steps {
   COTENSOR_AVX512_TARGET static __m512 load_b_row(
       const element* b, std::int64_t /*k*/, std::int64_t n, std::int64_t p, std::int64_t col) {
     return _mm512_loadu_ps(b + p * n + col);
-  }
-
-  COTENSOR_AVX512_TARGET static __m512 broadcast(word w) { return _mm512_set1_ps(w); }
-  COTENSOR_AVX512_TARGET static __m512 load_b(const word* b) { return _mm512_loadu_ps(b); }
-  COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, __m512 a, __m512 b) {
-    return _mm512_fmadd_ps(a, b, acc);
   }
 
   static void store_row(const float* in, element* out, std::int64_t n) {
@@ -182,10 +186,8 @@ struct bf16_steps {
 // float16 for few rows only (the row path): a step is one k, B's halves converted exactly to
 // float32 as they are loaded (vcvtph2ps), so each element is the float32 kernel's sum of the
 // converted operands, bit for bit: the converting path's result, without converting B whole.
-struct f16_steps {
+struct f16_steps : float_word_steps {
   using element = std::uint16_t;
-  using word = float;
-  static std::int64_t steps(std::int64_t k) { return k; }
   static word a_word(const element* row, std::int64_t p, std::int64_t /*k*/) {
     return float_from_half_bits(row[p]);
   }
@@ -205,11 +207,6 @@ struct f16_steps {
   COTENSOR_AVX512_TARGET static __m512 load_b_row(
       const element* b, std::int64_t /*k*/, std::int64_t n, std::int64_t p, std::int64_t col) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * n + col)));
-  }
-  COTENSOR_AVX512_TARGET static __m512 broadcast(word w) { return _mm512_set1_ps(w); }
-  COTENSOR_AVX512_TARGET static __m512 load_b(const word* b) { return _mm512_loadu_ps(b); }
-  COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, __m512 a, __m512 b) {
-    return _mm512_fmadd_ps(a, b, acc);
   }
   // Rounded as float16_t(float) rounds (half_bits_from_float: NaN to the quiet NaN).
   static void store_row(const float* in, element* out, std::int64_t n) {

@@ -88,27 +88,13 @@ void row_tile(const typename Steps::element* a,
     row_panel<Steps, 1, 16>(a, b, c, k, n, col0);
     return;
   }
+  using panel = void (*)(const typename Steps::element*, const typename Steps::element*,
+                         typename Steps::element*, std::int64_t, std::int64_t, std::int64_t);
+  static constexpr panel by_rows[] = {row_panel<Steps, 1, 4>, row_panel<Steps, 2, 4>,
+                                      row_panel<Steps, 3, 4>, row_panel<Steps, 4, 4>,
+                                      row_panel<Steps, 5, 4>, row_panel<Steps, 6, 4>};
   for (std::int64_t j = col0; j < std::min(n, col0 + width); j += nr) {
-    switch (rows) {
-    case 1:
-      row_panel<Steps, 1, 4>(a, b, c, k, n, j);
-      break;
-    case 2:
-      row_panel<Steps, 2, 4>(a, b, c, k, n, j);
-      break;
-    case 3:
-      row_panel<Steps, 3, 4>(a, b, c, k, n, j);
-      break;
-    case 4:
-      row_panel<Steps, 4, 4>(a, b, c, k, n, j);
-      break;
-    case 5:
-      row_panel<Steps, 5, 4>(a, b, c, k, n, j);
-      break;
-    default:
-      row_panel<Steps, 6, 4>(a, b, c, k, n, j);
-      break;
-    }
+    by_rows[rows - 1](a, b, c, k, n, j);
   }
 }
 
