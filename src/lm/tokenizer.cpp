@@ -245,6 +245,12 @@ tokenizer tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
   std::stable_sort(
       p->added_tokens.begin(), p->added_tokens.end(),
       [](const auto& x, const auto& y) { return x.content.size() > y.content.size(); });
+  for (std::uint32_t i = 0; i < p->added_tokens.size(); ++i) {
+    const std::string& content = p->added_tokens[i].content;
+    if (!content.empty()) {
+      p->added_by_first_byte[static_cast<unsigned char>(content[0])].push_back(i);
+    }
+  }
 
   if (const json::value* n = root.find("normalizer"); n != nullptr && n->type != kind::null) {
     if (type_of(*n) != "NFC") {
@@ -387,9 +393,9 @@ std::vector<std::int32_t> tokenizer::encode(std::string_view text) const {
   std::size_t i = 0;
   while (i < text.size()) {
     const impl::added* hit = nullptr;
-    for (const auto& a : t.added_tokens) {
-      if (!a.content.empty() && text.substr(i).starts_with(a.content)) {
-        hit = &a;
+    for (const std::uint32_t k : t.added_by_first_byte[static_cast<unsigned char>(text[i])]) {
+      if (text.substr(i).starts_with(t.added_tokens[k].content)) {
+        hit = &t.added_tokens[k];
         break;
       }
     }

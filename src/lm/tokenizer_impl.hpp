@@ -7,6 +7,7 @@
 
 #include "io/json.hpp"
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -32,6 +33,9 @@ struct tokenizer::impl {
   std::vector<std::string> token_of;                    // by id ("" where no id)
   std::vector<bool> special;                            // by id
   std::vector<added> added_tokens;                      // longest first
+  // For each first byte, the added tokens starting with it (indices into added_tokens, longest
+  // first): encode looks only there at each place of the text.
+  std::array<std::vector<std::uint32_t>, 256> added_by_first_byte;
   std::unordered_map<std::uint64_t, std::pair<std::int32_t, std::int32_t>> merges;  // rank, id
   bool ignore_merges = false;
   bool nfc = false;
