@@ -166,7 +166,7 @@ TEST_SUITE("lm.generate") {
     CHECK(got[17].size() == 23);
   }
 
-  TEST_CASE("sampling: a seed gives the same tokens; top_k 1 is greedy") {
+  TEST_CASE("sampling: a seed gives the same tokens, top_k 1 is greedy") {
     const model m = model::load(data / "gpt2-tiny");
     generator g(m);
     const auto prompt = m.tokenizer().encode("Hello, world!");
@@ -228,7 +228,7 @@ TEST_SUITE("lm.generate") {
     CHECK(seen);
   }
 
-  TEST_CASE("cancelling a sequence gives its blocks back; a full cache makes others wait") {
+  TEST_CASE("cancelling a sequence gives its blocks back, a full cache makes others wait") {
     const model m = model::load(data / "gpt2-tiny");
     // Room for one sequence of 48 ids at a time: 3 blocks of 16 (2 layers, keys and values,
     // 32 floats a token).
@@ -263,7 +263,7 @@ TEST_SUITE("lm.generate") {
                     std::invalid_argument);
   }
 
-  TEST_CASE("cancelling the wait cancels the sequence; the reader's errors") {
+  TEST_CASE("cancelling the wait cancels the sequence, and the reader's errors") {
     const model m = model::load(data / "gpt2-tiny");
     // One running sequence, paused after each unread token: the next ones wait in the queue, so
     // their waits stay pending until something happens to them.
@@ -334,7 +334,7 @@ TEST_SUITE("lm.generate") {
     CHECK(!id);
   }
 
-  TEST_CASE("a failed step ends its sequences with io_error; the generator goes on") {
+  TEST_CASE("a failed step ends its sequences with io_error, and the generator goes on") {
     const model m = model::load(data / "gpt2-tiny");
     generator g(m, {.max_unread = 1});
     const auto prompt = m.tokenizer().encode("Hello");
