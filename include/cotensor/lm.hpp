@@ -234,11 +234,15 @@ class sequence {
 public:
   struct state;
 
+  /// An empty sequence: `async_next` gives `bad_descriptor`.
   sequence() = default;
+  /// Takes `other`'s generation; `other` is left empty.
   sequence(sequence&&) noexcept = default;
+  /// Cancels this sequence's generation (as `cancel()`), then takes `other`'s.
   sequence& operator=(sequence&& other) noexcept;
   sequence(const sequence&) = delete;
   sequence& operator=(const sequence&) = delete;
+  /// Cancels the generation, as `cancel()`.
   ~sequence();
 
   /// Waits for the sequence's next token. Any Asio completion token; signature
