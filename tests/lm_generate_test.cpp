@@ -6,6 +6,7 @@
 #include "cotensor/cotensor.hpp"
 
 #include "engine/faults.hpp"
+#include "support/lm_fixtures.hpp"
 #include "support/run.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -34,15 +35,8 @@ using cotensor::lm::model;
 using cotensor::lm::sampling_params;
 using cotensor::lm::sequence;
 
-const std::filesystem::path data = std::filesystem::path(COTENSOR_TEST_DATA_DIR) / "lm";
-
-std::vector<std::int32_t> ids_of(const cotensor::tensor& t) {
-  std::vector<std::int32_t> ids;
-  for (const std::int64_t id : t.to_vector<std::int64_t>()) {
-    ids.push_back(static_cast<std::int32_t>(id));
-  }
-  return ids;
-}
+const std::filesystem::path& data = cotensor::test::lm_data;
+using cotensor::test::ids_of;
 
 // Every id of `seqs`, read by one coroutine each on one io_context, in order.
 std::vector<std::vector<std::int32_t>> read_all(std::vector<sequence>& seqs) {

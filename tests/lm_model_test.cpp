@@ -5,6 +5,8 @@
 
 #include "cotensor/cotensor.hpp"
 
+#include "support/lm_fixtures.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -20,15 +22,8 @@ namespace {
 
 using cotensor::lm::model;
 
-const std::filesystem::path data = std::filesystem::path(COTENSOR_TEST_DATA_DIR) / "lm";
-
-std::vector<std::int32_t> ids_of(const cotensor::tensor& t) {
-  std::vector<std::int32_t> ids;
-  for (const std::int64_t id : t.to_vector<std::int64_t>()) {
-    ids.push_back(static_cast<std::int32_t>(id));
-  }
-  return ids;
-}
+const std::filesystem::path& data = cotensor::test::lm_data;
+using cotensor::test::ids_of;
 
 // The largest |got − want| over the largest |want|.
 double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
