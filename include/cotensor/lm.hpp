@@ -57,6 +57,12 @@ public:
   /// as `tokenizers`' `encode(text).ids`. Added tokens written in the text are matched as such.
   std::vector<std::int32_t> encode(std::string_view text) const;
 
+  /// The ids of `text` as `encode(text)`, with the post-processor's special tokens only when
+  /// `add_special_tokens` is set, as `tokenizers`' `encode(text, add_special_tokens=...)`. A
+  /// rendered chat already holds its special tokens: tokenize it with `false`, as transformers'
+  /// `apply_chat_template` does.
+  std::vector<std::int32_t> encode(std::string_view text, bool add_special_tokens) const;
+
   /// The text of `ids`, special tokens skipped, as `tokenizers`' `decode(ids,
   /// skip_special_tokens=True)`: bytes that do not form UTF-8 become U+FFFD. Throws
   /// std::out_of_range for an id past the vocabulary.
@@ -103,6 +109,66 @@ private:
   std::string pending_;  // bytes of a character not complete yet
 };
 
+/// One message of a chat.
+struct chat_message {
+  std::string role;     ///< "system", "user", "assistant", ...
+  std::string content;  ///< its text
+};
+
+/// A Jinja chat template (a Hugging Face `chat_template`), rendered as transformers'
+/// `apply_chat_template(..., tokenize=False)` renders it: Jinja's `trim_blocks` and
+/// `lstrip_blocks`, the `loopcontrols` extension, transformers' `tojson`, `raise_exception` and
+/// `strftime_now`, undefined values printed as "" and falsy.
+///
+/// The subset: text, `{{ }}`, `{% %}`, `{# #}` and the whitespace controls `-` and `+`.
+/// Statements `if`/`elif`/`else`, `for` (with `loop.index`, `index0`, `revindex`, `revindex0`,
+/// `first`, `last`, `length`, `previtem`, `nextitem`; unpacking `k, v`; an `if` filter; `else`),
+/// `set` (a name or `ns.attr`), `break`, `continue`, `generation`. Expressions: string, integer,
+/// float, boolean and none literals, lists, dicts, names, `.attr`, `[key]`, slices, calls,
+/// arithmetic (`+`, `-`, `*`, `/`, `//`, `%`, `**`), `~`, comparisons, `in`, `not in`, `and`,
+/// `or`, `not`, `a if b else c`. Filters:
+/// `abs`, `capitalize`, `count`, `default`/`d`, `first`, `float`, `int`, `items`, `join`,
+/// `last`, `length`, `list`, `lower`, `map` (an attribute or a filter), `reject`, `rejectattr`,
+/// `replace`, `select`, `selectattr`, `string`, `tojson`, `trim`, `upper`. Tests: `boolean`,
+/// `defined`, `divisibleby`, `eq`/`equalto`/`==`, `even`, `false`, `float`, `in`, `integer`,
+/// `iterable`, `mapping`, `ne`/`!=`, `none`, `number`, `odd`, `sequence`, `string`, `true`,
+/// `undefined`. Functions: `raise_exception`, `strftime_now`, `namespace`, `range`, `dict`.
+/// Methods: on strings `strip`, `lstrip`, `rstrip`, `startswith`, `endswith`, `split`,
+/// `upper`, `lower`, `replace`, `title`, `capitalize`, `join`, `find`, `count`; on dicts `get`,
+/// `items`, `keys`, `values`. Anything else (macros, `include`, `extends`, other filters or tests)
+/// is refused by `parse`.
+///
+/// Thread safety: immutable once parsed; any number of threads may render at once, and copies
+/// share one parsed tree.
+class chat_template {
+public:
+  /// Parses `source`; throws std::invalid_argument naming the construct and its position, as
+  /// "chat_template: line 3, column 10: the filter 'foo' is not supported" (columns count
+  /// characters from 1).
+  static chat_template parse(std::string_view source);
+
+  /// Renders `messages` with the variables `messages` (dicts with `role` and `content`),
+  /// `add_generation_prompt`, `bos_token`, `eos_token`, and `tools` and `documents` none.
+  /// Throws std::runtime_error with the template's own message for `raise_exception(message)`,
+  /// or "chat_template: line L, column C: " and what is wrong for a runtime error (an undefined
+  /// value used, a type error).
+  std::string render(std::span<const chat_message> messages,
+                     bool add_generation_prompt,
+                     std::string_view bos_token = {},
+                     std::string_view eos_token = {}) const;
+
+  /// The template's text, as parsed.
+  const std::string& source() const noexcept;
+
+  /// The parsed tree (src/lm/chat_template.cpp).
+  struct impl;
+
+private:
+  friend class model;
+  explicit chat_template(std::shared_ptr<const impl> p) noexcept;
+  std::shared_ptr<const impl> impl_;
+};
+
 /// How `model::load` reads a model.
 struct load_options {
   /// The dtype the weights are kept and computed in: float32, bfloat16 or float16 (the logits
@@ -114,7 +180,8 @@ struct load_options {
 
 /// A causal language model read from a Hugging Face model folder: `config.json` (its
 /// `architectures`), `model.safetensors` or the shards that `model.safetensors.index.json` names,
-/// and `tokenizer.json`. Architectures: `GPT2LMHeadModel` (learned positions, Conv1D weights,
+/// `tokenizer.json`, and `tokenizer_config.json` and `chat_template.jinja` where there are.
+/// Architectures: `GPT2LMHeadModel` (learned positions, Conv1D weights,
 /// `gelu_new`, the head tied to the token embedding); `LlamaForCausalLM`, `Qwen2ForCausalLM` and
 /// `MistralForCausalLM` without a sliding window (RMSNorm, RoPE with `rope_theta` and no scaling,
 /// SwiGLU, grouped-query attention, q/k/v biases where the file has them, tied or untied head).
@@ -123,12 +190,25 @@ public:
   /// Reads the folder `dir`; the weights are read asynchronously (ops on cotensor's read
   /// threads), so the call returns before they are in memory. Throws std::runtime_error naming
   /// the file and what is wrong: an architecture not supported, a missing or misshapen tensor,
-  /// an unreadable config; std::invalid_argument for a dtype other than float32, bfloat16 or
-  /// float16.
+  /// an unreadable config, a chat template that does not parse; std::invalid_argument for a dtype
+  /// other than float32, bfloat16 or float16.
   static model load(const std::filesystem::path& dir, load_options options = {});
 
   /// The model's tokenizer.
   const lm::tokenizer& tokenizer() const noexcept;
+
+  /// The model's chat template: `chat_template.jinja` of the folder, else the `chat_template`
+  /// of `tokenizer_config.json` (a string, or the "default" of a list of {name, template});
+  /// null when the folder has none.
+  const lm::chat_template* chat_template() const noexcept;
+
+  /// `messages` rendered with the model's chat template, with `bos_token` and `eos_token` of
+  /// `tokenizer_config.json` (undefined where it has none), as transformers'
+  /// `apply_chat_template(messages, add_generation_prompt=..., tokenize=False)`. Tokenize the
+  /// text with `tokenizer().encode(text, false)`. Throws std::logic_error when the model has no
+  /// template; what `chat_template::render` throws.
+  std::string render_chat(std::span<const chat_message> messages,
+                          bool add_generation_prompt = true) const;
 
   /// The float32 logits `[ids.size(), vocabulary]` of one sequence, each position's next-token
   /// scores given the ids up to it: the whole forward pass, no cache (for tests and scoring).

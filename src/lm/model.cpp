@@ -1,5 +1,6 @@
 // A Hugging Face model folder as a cotensor::lm::model (<cotensor/lm.hpp>): its config, its
-// weights checked for shape and converted to the model's dtype, its end-of-sequence ids. The
+// weights checked for shape and converted to the model's dtype, its end-of-sequence ids, its
+// chat template. The
 // forward passes are in forward.cpp.
 
 #include "cotensor/io.hpp"
@@ -7,9 +8,12 @@
 #include "cotensor/ops.hpp"
 
 #include "io/json.hpp"
+#include "lm/chat_template_value.hpp"
 #include "lm/model_impl.hpp"
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <set>
@@ -76,6 +80,63 @@ std::map<std::string, tensor> read_weights(const std::filesystem::path& dir, dev
   return weights;
 }
 
+// A special token of tokenizer_config.json: a string, or an AddedToken-like object's
+// "content"; none for null or absent.
+std::optional<std::string> special_token(const json::value& config, const char* key) {
+  const json::value* v = config.find(key);
+  if (v != nullptr && v->type == json::value::kind::object) {
+    v = v->find("content");
+  }
+  if (v != nullptr && v->type == json::value::kind::string) {
+    return v->text;
+  }
+  return std::nullopt;
+}
+
+// The folder's chat template: chat_template.jinja (transformers 5), else tokenizer_config.json's
+// "chat_template" (a string, or a list of {name, template} whose "default" is used); and the
+// special tokens it sees.
+void read_chat_template(const std::filesystem::path& dir, model::impl& p) {
+  const auto config_file = dir / "tokenizer_config.json";
+  const json::value config =
+      std::filesystem::exists(config_file) ? read_json(config_file) : json::value{};
+  p.bos_token = special_token(config, "bos_token");
+  p.eos_token = special_token(config, "eos_token");
+  std::filesystem::path from = dir / "chat_template.jinja";
+  std::string source;
+  if (std::ifstream in(from, std::ios::binary); in) {
+    source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } else if (const json::value* t = config.find("chat_template"); t != nullptr) {
+    from = config_file;
+    if (t->type == json::value::kind::string) {
+      source = t->text;
+    } else if (t->type == json::value::kind::array) {
+      const json::value* found = nullptr;
+      for (const json::value& entry : t->items) {
+        const json::value* name = entry.find("name");
+        if (name != nullptr && name->text == "default") {
+          found = entry.find("template");
+        }
+      }
+      if (found == nullptr || found->type != json::value::kind::string) {
+        refuse(config_file, "\"chat_template\" is a list without a \"default\" template");
+      }
+      source = found->text;
+    } else if (t->type != json::value::kind::null) {
+      refuse(config_file, "\"chat_template\" is neither a string nor a list of templates");
+    } else {
+      return;
+    }
+  } else {
+    return;
+  }
+  try {
+    p.chat = chat_template::parse(source);
+  } catch (const std::invalid_argument& e) {
+    refuse(from, e.what());
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -139,6 +200,7 @@ model model::load(const std::filesystem::path& dir, load_options options) {
                             "Qwen2ForCausalLM, MistralForCausalLM)");
   }
   auto p = std::make_shared<impl>(lm::tokenizer::from_file(dir / "tokenizer.json"));
+  read_chat_template(dir, *p);  // before the weights: a bad template fails fast
   p->architecture = arch;
   p->kind = gpt2 ? impl::family::gpt2 : impl::family::llama;
   p->dtype = options.dtype;
@@ -278,5 +340,19 @@ std::string_view model::architecture() const noexcept { return impl_->architectu
 std::int64_t model::context_length() const noexcept { return impl_->positions; }
 
 std::span<const std::int32_t> model::eos_token_ids() const noexcept { return impl_->eos; }
+
+const chat_template* model::chat_template() const noexcept {
+  return impl_->chat ? &*impl_->chat : nullptr;
+}
+
+std::string model::render_chat(std::span<const chat_message> messages,
+                               bool add_generation_prompt) const {
+  if (!impl_->chat) {
+    throw std::logic_error("cotensor::lm::model::render_chat: the model has no chat template");
+  }
+  return impl_->chat->impl_->render(messages, add_generation_prompt,
+                                    impl_->bos_token ? &*impl_->bos_token : nullptr,
+                                    impl_->eos_token ? &*impl_->eos_token : nullptr);
+}
 
 }  // namespace cotensor::lm

@@ -7,6 +7,7 @@
 #include "cotensor/tensor.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -56,6 +57,10 @@ struct model::impl {
   std::vector<llama_block> llama_blocks;
 
   std::vector<std::int32_t> eos;
+  // The chat template (chat_template.jinja, else tokenizer_config.json's) and the special
+  // tokens it sees (tokenizer_config.json's bos_token and eos_token; none where absent).
+  std::optional<lm::chat_template> chat;
+  std::optional<std::string> bos_token, eos_token;
 
   explicit impl(lm::tokenizer t) : tok(std::move(t)) {}
   /// The logits of one sequence, no cache (model::logits).

@@ -386,8 +386,15 @@ void tokenizer::impl::encode_text(std::string_view text, std::vector<std::int32_
 }
 
 std::vector<std::int32_t> tokenizer::encode(std::string_view text) const {
+  return encode(text, true);
+}
+
+std::vector<std::int32_t> tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   const impl& t = *impl_;
-  std::vector<std::int32_t> out(t.prefix);
+  std::vector<std::int32_t> out;
+  if (add_special_tokens) {
+    out = t.prefix;
+  }
   // Cut at the added tokens written in the text: at each place the longest that starts there.
   std::size_t start = 0;
   std::size_t i = 0;
@@ -413,7 +420,9 @@ std::vector<std::int32_t> tokenizer::encode(std::string_view text) const {
   if (start < text.size()) {
     t.encode_text(text.substr(start), out);
   }
-  out.insert(out.end(), t.suffix.begin(), t.suffix.end());
+  if (add_special_tokens) {
+    out.insert(out.end(), t.suffix.begin(), t.suffix.end());
+  }
   return out;
 }
 

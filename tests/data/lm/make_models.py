@@ -2,7 +2,8 @@
 
 Three tiny models, randomly initialised (seed 0), saved as `save_pretrained` saves them
 (config.json, model.safetensors, generation_config.json) with a tokenizer.json of
-tests/data/lm/ beside each, 1,200 ids:
+tests/data/lm/ beside each, 1,200 ids, and for llama-tiny and qwen2-tiny the tokenizer_config.json
+(chat template, special tokens) of make_chat_templates.py:
 - gpt2-tiny/:  GPT2LMHeadModel, 2 layers, 4 heads, width 32, 64 positions (the gpt2 tokenizer);
 - llama-tiny/: LlamaForCausalLM, 2 layers, 4 query heads sharing 2 key/value heads, width 32,
                SwiGLU of 64, RoPE (theta 10000), RMSNorm, an untied head (the llama3 tokenizer);
@@ -90,6 +91,9 @@ def main():
     save("gpt2-tiny", "gpt2", gpt2)
     save("llama-tiny", "llama3", llama)
     save("qwen2-tiny", "qwen2", qwen2)
+    # Their chat templates and special tokens, as make_chat_templates.py writes them.
+    from make_chat_templates import write_tokenizer_configs
+    write_tokenizer_configs()
     return 0
 
 
