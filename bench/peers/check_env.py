@@ -132,6 +132,14 @@ def _tritonclient():
     return version("tritonclient"), "tritonclient.http InferInput"
 
 
+@check("openai")
+def _openai():
+    import openai
+    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="none", max_retries=0)
+    assert str(client.base_url).startswith("http://127.0.0.1:9/v1")
+    return openai.__version__, "openai.OpenAI client made"
+
+
 @check("kserve")
 def _kserve():
     import kserve

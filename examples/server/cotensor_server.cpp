@@ -5,6 +5,8 @@
 //   GET  /v2/health/live, /v2/health/ready, /v2, /v2/models/M[/versions/V][/ready|/config]
 //   POST /v2/models/M[/versions/V]/infer    JSON tensors or Triton's binary tensor data
 //   GET  /metrics                           Prometheus text: Triton's metric names, then ours
+//   POST /v2/models/M/generate[_stream]     language models: the generate extension
+//   GET  /v1/models, POST /v1/completions, /v1/chat/completions   the OpenAI-compatible routes
 //
 // Prints `cotensor_server listening on ADDRESS:PORT` once it accepts connections. SIGINT or
 // SIGTERM drain it: it stops accepting, finishes the requests in flight and exits 0 (1 when
@@ -62,6 +64,10 @@ serving::model_repository load_models(const cotensor_server::flags& cfg, cotenso
     return loaded;
   }
   serving::model_repository delayed;
+  for (const auto& name : loaded.language_model_names()) {
+    const auto* l = loaded.find_language_model(name);
+    delayed.add_language_model(name, l->model, l->options);
+  }
   for (const auto& name : loaded.names()) {
     for (const auto v : loaded.versions(name)) {
       delayed.add(std::make_shared<delayed_model>(loaded.find(name, v), cfg.debug_delay), v);
@@ -92,7 +98,8 @@ int main(int argc, char** argv) {
     cotensor::runtime rt(options);
     const serving::model_repository models =
         load_models(cfg, cotensor_server::parse_device(cfg.device));
-    if (models.names().empty()) {
+    const std::size_t count = models.names().size() + models.language_model_names().size();
+    if (count == 0) {
       std::cerr << "cotensor_server: no model loaded from " << cfg.model_repository << "\n";
       return 1;
     }
@@ -127,7 +134,7 @@ int main(int argc, char** argv) {
         },
         asio::detached);
     std::cout << "cotensor_server listening on " << cfg.address << ":"
-              << http.local_endpoint().port() << " (" << models.names().size() << " model(s) from "
+              << http.local_endpoint().port() << " (" << count << " model(s) from "
               << cfg.model_repository << ", batching " << (cfg.batching ? "on" : "off") << ")"
               << std::endl;
     std::vector<std::thread> threads;

@@ -20,10 +20,16 @@
 // (Triton's statistics extension) and `GET /metrics` (Triton's metric names). Errors are
 // `{"error": "..."}` with 400 (a bad request) or 404 (no such model, version or route), 405 for
 // a wrong method, 503 while overloaded or shut down, 500 when a model fails.
+//
+// Language models (docs/server.md#language-models): `GET /v1/models`, `POST /v1/completions`,
+// `POST /v1/chat/completions` (OpenAI's shapes, errors as `{"error": {"message", "type",
+// "param", "code"}}`, `"stream": true` as server-sent events ending with `data: [DONE]`) and
+// `POST /v2/models/{m}/generate` and `/generate_stream` (the Triton/KServe generate extension).
 
 #include "cotensor/asio.hpp"
 #include "cotensor/device.hpp"
 #include "cotensor/dtype.hpp"
+#include "cotensor/lm.hpp"
 #include "cotensor/tensor.hpp"
 
 #include <boost/asio/awaitable.hpp>
@@ -121,6 +127,20 @@ public:
 COTENSOR_SERVING_API std::shared_ptr<model>
 load_model(const std::filesystem::path& folder, std::int64_t version, cotensor::device placement);
 
+/// How a language model of a repository is served: its scheduler's limits
+/// (`DIR/<name>/cotensor.json` sets them, see docs/server.md).
+struct language_model_options {
+  lm::generator_options generator{};  ///< running and waiting sequences, cache bytes, budget
+};
+
+/// A language model of a repository, served by the OpenAI-compatible routes (`/v1/...`) and the
+/// generate extension (`/v2/models/<name>/generate[_stream]`).
+struct language_model {
+  std::string name;                ///< its name in URLs and in requests' `model` field
+  lm::model model;                 ///< the loaded model (its tokenizer and chat template)
+  language_model_options options;  ///< how it is served
+};
+
 /// The models a handler serves, by name and version. Fill it before handing it to a handler;
 /// after that it is read-only. Thread safety: `const` members from any thread; the others from
 /// one thread, not concurrently with a handler's use.
@@ -139,7 +159,10 @@ public:
 
   /// Loads every model folder of `dir` as Triton lays a repository out: `dir/<name>/config.json`
   /// and one folder per version (a positive integer) holding `model.safetensors`; every version
-  /// is served, the highest is the default. A folder that fails is left out and reported; the
+  /// is served, the highest is the default. A folder holding a Hugging Face model instead (its
+  /// `config.json` names `architectures`) is loaded as a language model (`lm::model::load`), with
+  /// the dtype, device and scheduler limits of its optional `cotensor.json` (unknown keys are
+  /// refused, naming them). A folder that fails is left out and reported; the
   /// others still load. Throws `model_error` when `dir` is not a readable directory. Blocks (see
   /// `load_model`).
   std::vector<failure> load_repository(const std::filesystem::path& dir,
@@ -149,11 +172,21 @@ public:
   std::shared_ptr<const model> find(std::string_view name, std::int64_t version = 0) const;
   /// The versions of `name`, ascending (empty when there is no such model).
   std::vector<std::int64_t> versions(std::string_view name) const;
-  /// The names of the models, sorted.
+  /// The names of the models, sorted (the language models are listed apart, by
+  /// `language_model_names`).
   std::vector<std::string> names() const;
+
+  /// Adds the language model `m` as `name`. Throws `std::invalid_argument` for an empty name or
+  /// one already taken (by a model or a language model).
+  void add_language_model(std::string name, lm::model m, language_model_options options = {});
+  /// The language model `name`, or null.
+  const language_model* find_language_model(std::string_view name) const;
+  /// The names of the language models, sorted.
+  std::vector<std::string> language_model_names() const;
 
 private:
   std::map<std::string, std::map<std::int64_t, std::shared_ptr<const model>>, std::less<>> models_;
+  std::map<std::string, std::shared_ptr<const language_model>, std::less<>> language_models_;
 };
 
 /// How a handler serves.
@@ -198,13 +231,33 @@ public:
   ~handler();
 
   /// Whether `target` (a request target, query included) is one of this handler's routes:
-  /// `/v2` and below, and `/metrics`.
+  /// `/v2` and below, `/v1` and below (the OpenAI-compatible routes), and `/metrics`.
   static bool matches(std::string_view target) noexcept;
 
   /// Answers `req`. The response has the request's HTTP version, `Content-Type` and, for
   /// binary outputs, `Inference-Header-Content-Length`; `keep_alive` and `Content-Length` are
   /// the caller's to set (`prepare_payload`).
   asio::awaitable<response> handle(const request& req);
+
+  /// Where a streamed response goes: the server-sent events of `/generate_stream` and of the
+  /// OpenAI routes' `"stream": true`. The listener's writes to its socket; implement it for a
+  /// connection loop of your own.
+  class response_stream {
+  public:
+    virtual ~response_stream() = default;
+    /// Sends the response's head (its status and headers; the body follows in pieces). Returns
+    /// false when the client is gone: the handler then stops.
+    virtual asio::awaitable<bool> begin(response head) = 0;
+    /// Sends one piece of the body. Returns false when the client is gone or stopped reading.
+    virtual asio::awaitable<bool> write(std::string_view piece) = 0;
+  };
+
+  /// Answers `req` as `handle(req)` does, but a streamed answer goes to `out` piece by piece as
+  /// it is made, and the result is then empty (`out` has had `begin` and every piece; the caller
+  /// ends the body). Otherwise the result is the response, and `out` was not used.
+  /// Cancellation: cancelling the awaiting coroutine (the client gone) cancels the request's
+  /// generation, whose cache blocks are freed at the generator's next step.
+  asio::awaitable<std::optional<response>> handle(const request& req, response_stream& out);
 
   /// Triton's metrics for every model and version, as Prometheus text (what `GET /metrics`
   /// returns), followed by the batchers' own.

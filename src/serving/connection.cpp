@@ -14,7 +14,9 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
@@ -56,6 +58,69 @@ private:
 };
 
 }  // namespace
+
+// A streamed response on a connection: the head, then each piece as an HTTP/1.1 chunk (HTTP/1.0:
+// the bytes as they are, and the connection closes after), each write bounded by the write
+// timeout (a client that stops reading is a client gone).
+class listener_state::socket_stream final : public handler::response_stream {
+public:
+  socket_stream(connection& c, const request& req, std::chrono::milliseconds timeout)
+      : c_(c), chunked_(req.version() >= 11), keep_alive_(req.keep_alive() && chunked_),
+        timeout_(timeout) {}
+
+  asio::awaitable<bool> begin(response head) override {
+    began_ = true;
+    head_ = std::move(head);
+    head_.keep_alive(keep_alive_);
+    head_.chunked(chunked_);
+    const deadline d(c_, timeout_);
+    http::response_serializer<http::string_body> sr{head_};
+    auto [ec, n] =
+        co_await http::async_write_header(c_.socket, sr, asio::as_tuple(asio::use_awaitable));
+    ok_ = !ec;
+    co_return ok_;
+  }
+
+  asio::awaitable<bool> write(std::string_view piece) override {
+    if (!ok_ || piece.empty()) {
+      co_return ok_;
+    }
+    const deadline d(c_, timeout_);
+    boost::system::error_code ec;
+    if (chunked_) {
+      std::tie(ec, std::ignore) = co_await asio::async_write(
+          c_.socket, http::make_chunk(asio::buffer(piece)), asio::as_tuple(asio::use_awaitable));
+    } else {
+      std::tie(ec, std::ignore) = co_await asio::async_write(c_.socket, asio::buffer(piece),
+                                                             asio::as_tuple(asio::use_awaitable));
+    }
+    ok_ = !ec;
+    co_return ok_;
+  }
+
+  // Ends the body; whether the connection may serve another request.
+  asio::awaitable<bool> end() {
+    if (ok_ && chunked_) {
+      const deadline d(c_, timeout_);
+      auto [ec, n] = co_await asio::async_write(c_.socket, http::make_chunk_last(),
+                                                asio::as_tuple(asio::use_awaitable));
+      ok_ = !ec;
+    }
+    co_return ok_&& keep_alive_;
+  }
+
+  bool began() const { return began_; }
+  int status() const { return head_.result_int(); }
+
+private:
+  connection& c_;
+  const bool chunked_;
+  const bool keep_alive_;
+  const std::chrono::milliseconds timeout_;
+  response head_;
+  bool began_ = false;
+  bool ok_ = true;
+};
 
 handler::response
 listener_state::error_response(http::status status, const std::string& what, unsigned version) {
@@ -158,7 +223,16 @@ asio::awaitable<void> listener_state::session(std::shared_ptr<connection> cp) {
     }
     const auto start = clock_type::now();
     auto req = parser.release();
-    std::optional<response> res = co_await answer(c, req);
+    socket_stream stream(c, req, options_.write_timeout);
+    bool streamed = false;
+    std::optional<response> res = co_await answer(c, req, stream, streamed);
+    if (streamed) {
+      metrics_.count(stream.status());
+      if (!co_await stream.end() || draining_) {
+        break;
+      }
+      continue;
+    }
     if (!res) {
       metrics_.count(499);
       break;  // the client went away
@@ -179,9 +253,11 @@ asio::awaitable<void> listener_state::session(std::shared_ptr<connection> cp) {
 }
 
 // The application's routes, then /metrics, then the handler's routes; empty when the client
-// left before the answer was ready (the answer's coroutine is then cancelled).
-asio::awaitable<std::optional<handler::response>> listener_state::answer(connection& c,
-                                                                         const request& req) {
+// left before the answer was ready (the answer's coroutine is then cancelled), or when the
+// handler streamed its answer through `stream` (`streamed` is then set; the body's end is
+// the caller's to write).
+asio::awaitable<std::optional<handler::response>>
+listener_state::answer(connection& c, const request& req, socket_stream& stream, bool& streamed) {
   const std::string_view target(req.target().data(), req.target().size());
   if (routes_) {
     ++metrics_.in_flight;
@@ -209,12 +285,14 @@ asio::awaitable<std::optional<handler::response>> listener_state::answer(connect
     co_return error_response(http::status::not_found, "no such route", req.version());
   }
   ++metrics_.in_flight;
-  auto r = co_await (v2_.handle(req) || watch_disconnect(c));
+  auto r = co_await (v2_.handle(req, stream) || watch_disconnect(c));
   --metrics_.in_flight;
   if (r.index() == 1) {
     co_return std::nullopt;
   }
-  co_return std::move(std::get<0>(r));
+  auto& res = std::get<0>(r);
+  streamed = !res && stream.began();  // else empty: the client went away before an answer
+  co_return std::move(res);
 }
 
 // The application's answer, or the message of the exception its routes threw. A failure must

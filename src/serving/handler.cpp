@@ -1,6 +1,7 @@
-// serving::handler: its public members and the routing of the v2 REST routes, with health
-// (inference is in inference.cpp, the metadata routes in metadata.cpp, statistics in
-// statistics.cpp, /metrics in metrics.cpp; the state they share in handler_state.hpp).
+// serving::handler: its public members and the routing of the v2 REST routes, with health, and
+// of the language models' routes (inference is in inference.cpp, the metadata routes in
+// metadata.cpp, statistics in statistics.cpp, /metrics in metrics.cpp, the language models'
+// routes in openai.cpp and generate.cpp; the state they share in handler_state.hpp).
 
 // GCC 12 pairs the coroutine frame's allocation with Asio's sized operator delete and warns of a
 // mismatch that is not there (GCC bug 109224, fixed in GCC 13).
@@ -118,7 +119,60 @@ asio::awaitable<handler::response> handler_state::handle(const handler::request&
   co_return error(req, http::status::not_found, "no such route");
 }
 
+asio::awaitable<std::optional<handler::response>>
+handler_state::handle(const handler::request& req, handler::response_stream& out) {
+  const auto path = segments(req.target());
+  if (!path.empty() && path[0] == "v1") {
+    co_return co_await openai(req, out);
+  }
+  // /v2/models/{language model}[/versions/1][/ready|/config|/generate|/generate_stream]
+  if (path.size() >= 3 && path[0] == "v2" && path[1] == "models") {
+    if (served_lm* s = find_lm(path[2])) {
+      std::size_t next = 3;
+      if (path.size() > 4 && path[3] == "versions") {
+        if (path[4] != "1") {
+          co_return error(req, http::status::not_found,
+                          "model '" + std::string(path[2]) + "' has no version " +
+                              std::string(path[4]));
+        }
+        next = 5;
+      }
+      if (path.size() > next + 1) {
+        co_return error(req, http::status::not_found, "no such route");
+      }
+      co_return co_await lm_route(req, *s, path.size() > next ? path[next] : "", out);
+    }
+  }
+  co_return co_await handle(req);
+}
+
 }  // namespace detail
+
+namespace {
+
+// Keeps a streamed answer whole, for `handler::handle(req)`.
+class buffered_stream final : public handler::response_stream {
+public:
+  asio::awaitable<bool> begin(handler::response head) override {
+    head_ = std::move(head);
+    co_return true;
+  }
+  asio::awaitable<bool> write(std::string_view piece) override {
+    body_.append(piece);
+    co_return true;
+  }
+  handler::response take() && {
+    head_.chunked(false);
+    head_.body() = std::move(body_);
+    return std::move(head_);
+  }
+
+private:
+  handler::response head_;
+  std::string body_;
+};
+
+}  // namespace
 
 handler::handler(asio::any_io_executor executor,
                  const model_repository& models,
@@ -130,13 +184,24 @@ handler::~handler() = default;
 
 bool handler::matches(std::string_view target) noexcept {
   target = target.substr(0, target.find('?'));
-  return target == "/metrics" || target == "/v2" || target.starts_with("/v2/");
+  return target == "/metrics" || target == "/v2" || target.starts_with("/v2/") || target == "/v1" ||
+         target.starts_with("/v1/");
 }
 
 asio::awaitable<handler::response> handler::handle(const request& req) {
   // Keep the state alive across the suspension, whatever happens to this handler meanwhile.
   auto state = state_;
-  co_return co_await state->handle(req);
+  buffered_stream whole;
+  if (auto res = co_await state->handle(req, whole)) {
+    co_return std::move(*res);
+  }
+  co_return std::move(whole).take();
+}
+
+asio::awaitable<std::optional<handler::response>> handler::handle(const request& req,
+                                                                  response_stream& out) {
+  auto state = state_;
+  co_return co_await state->handle(req, out);
 }
 
 std::string handler::metrics() const { return state_->metrics(); }

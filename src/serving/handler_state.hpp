@@ -6,6 +6,7 @@
 #include <cotensor/batcher.hpp>
 #include <cotensor/serving.hpp>
 
+#include "serving/lm_state.hpp"
 #include "serving/protocol.hpp"
 
 #include <boost/beast/http/status.hpp>
@@ -80,6 +81,9 @@ public:
         served_.emplace(std::pair{name, v}, std::move(s));
       }
     }
+    for (const auto& name : repo_.language_model_names()) {
+      lms_.emplace(name, std::make_unique<served_lm>(*repo_.find_language_model(name)));
+    }
   }
 
   ~handler_state() { shutdown(); }
@@ -94,6 +98,9 @@ public:
   }
 
   asio::awaitable<handler::response> handle(const handler::request& req);
+  // Answers the language models' routes (streaming through `out`) and passes the others on.
+  asio::awaitable<std::optional<handler::response>> handle(const handler::request& req,
+                                                           handler::response_stream& out);
   std::string metrics() const;
 
 private:
@@ -161,12 +168,36 @@ private:
                    clock_type::time_point decoded) const;
   static void count_failure(served_model& s, clock_type::time_point start);
 
+  // The language models' routes: the OpenAI-compatible ones (openai.cpp), the generate
+  // extension and the v2 metadata of a language model (generate.cpp).
+  served_lm* find_lm(std::string_view name) {
+    const auto it = lms_.find(name);
+    return it == lms_.end() ? nullptr : it->second.get();
+  }
+  asio::awaitable<std::optional<response>> openai(const handler::request& req,
+                                                  handler::response_stream& out);
+  asio::awaitable<std::optional<response>> openai_generate(const handler::request& req,
+                                                           served_lm& s,
+                                                           bool chat,
+                                                           const json::object& body,
+                                                           handler::response_stream& out);
+  asio::awaitable<std::optional<response>> lm_route(const handler::request& req,
+                                                    served_lm& s,
+                                                    std::string_view action,
+                                                    handler::response_stream& out);
+  // A response in OpenAI's error shape.
+  response openai_error(const handler::request& req,
+                        int status,
+                        std::string_view message,
+                        std::string_view param = {}) const;
+
   asio::any_io_executor executor_;
   const model_repository& repo_;
   handler_options options_;
   std::atomic<bool> ready_{true};
   // Built at construction, read-only after: no lock.
   std::map<std::pair<std::string, std::int64_t>, std::unique_ptr<served_model>> served_;
+  std::map<std::string, std::unique_ptr<served_lm>, std::less<>> lms_;
 };
 
 }  // namespace detail

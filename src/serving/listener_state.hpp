@@ -61,7 +61,9 @@ private:
 
   // connection.cpp: one connection's requests, on its own strand.
   asio::awaitable<void> session(std::shared_ptr<connection> c);
-  asio::awaitable<std::optional<response>> answer(connection& c, const request& req);
+  class socket_stream;
+  asio::awaitable<std::optional<response>>
+  answer(connection& c, const request& req, socket_stream& stream, bool& streamed);
   asio::awaitable<std::variant<std::optional<response>, std::string>>
   call_routes(const request& req);
   asio::awaitable<bool> write(connection& c, response& res);

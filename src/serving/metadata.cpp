@@ -45,7 +45,8 @@ handler::response handler_state::server_metadata(const handler::request& req) co
   o["version"] = std::to_string(COTENSOR_VERSION_MAJOR) + "." +
                  std::to_string(COTENSOR_VERSION_MINOR) + "." +
                  std::to_string(COTENSOR_VERSION_PATCH);
-  o["extensions"] = json::array{"binary_tensor_data", "model_configuration", "statistics"};
+  o["extensions"] =
+      json::array{"binary_tensor_data", "model_configuration", "statistics", "generate"};
   return reply(req, http::status::ok, json::serialize(o));
 }
 

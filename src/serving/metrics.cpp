@@ -86,6 +86,11 @@ std::string handler_state::metrics() const {
        << "cotensor_batch_size_sum{" << labels << "} " << b.rows << "\n"
        << "cotensor_batch_size_count{" << labels << "} " << b.batches << "\n";
   }
+  std::vector<const served_lm*> lms;
+  for (const auto& [name, s] : lms_) {
+    lms.push_back(s.get());
+  }
+  os << lm_metrics(lms);
   return os.str();
 }
 

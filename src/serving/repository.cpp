@@ -5,6 +5,7 @@
 #include <cotensor/ops.hpp>
 
 #include "serving/config_file.hpp"
+#include "serving/lm_folder.hpp"
 #include "serving/protocol.hpp"
 
 #include <algorithm>
@@ -275,6 +276,10 @@ void model_repository::add(std::shared_ptr<const model> m, std::int64_t version)
                                 " is not positive");
   }
   check_servable(m->config());
+  if (language_models_.contains(m->config().name)) {
+    throw std::invalid_argument("model_repository::add: '" + m->config().name +
+                                "' is a language model's name");
+  }
   auto& versions = models_[m->config().name];
   if (!versions.emplace(version, std::move(m)).second) {
     throw std::invalid_argument("model_repository::add: a duplicate version " +
@@ -302,6 +307,13 @@ model_repository::load_repository(const std::filesystem::path& dir, cotensor::de
   for (const auto& folder : folders) {
     const std::string name = folder.filename().string();
     try {
+      if (auto l = detail::load_language_model_folder(folder, name, placement)) {
+        if (models_.contains(name) || language_models_.contains(name)) {
+          throw model_error(name + ": a model of this name is already served");
+        }
+        language_models_.emplace(name, std::move(l));
+        continue;
+      }
       std::vector<std::int64_t> versions;
       for (const auto& entry : std::filesystem::directory_iterator(folder)) {
         const std::string v = entry.path().filename().string();

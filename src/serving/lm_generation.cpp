@@ -1,0 +1,296 @@
+// A language-model request's parameters read from JSON, and one generation run to its end:
+// tokens awaited one at a time, their text streamed with stop strings trimmed.
+
+// GCC 12 pairs the coroutine frame's allocation with Asio's sized operator delete and warns of a
+// mismatch that is not there (GCC bug 109224, fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+#include "serving/lm_state.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace cotensor::serving::detail {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+[[noreturn]] void refuse(std::string_view param, const std::string& what) {
+  throw lm_request_error(400, "'" + std::string(param) + "' " + what, std::string(param));
+}
+
+// The field `name` of `o`, or null when it is absent or JSON null.
+const json::value* field(const json::object& o, std::string_view name) {
+  const json::value* v = o.if_contains(name);
+  return v == nullptr || v->is_null() ? nullptr : v;
+}
+
+std::int64_t integer(const json::value& v, std::string_view name) {
+  if (v.is_int64()) {
+    return v.get_int64();
+  }
+  if (v.is_uint64()) {
+    refuse(name, "is too large");
+  }
+  if (v.is_double() && std::nearbyint(v.get_double()) == v.get_double() &&
+      std::abs(v.get_double()) < 9.0e15) {
+    return static_cast<std::int64_t>(v.get_double());
+  }
+  refuse(name, "must be an integer");
+}
+
+double number(const json::value& v, std::string_view name) {
+  if (v.is_number()) {
+    return v.to_number<double>();
+  }
+  refuse(name, "must be a number");
+}
+
+bool boolean(const json::value& v, std::string_view name) {
+  if (!v.is_bool()) {
+    refuse(name, "must be true or false");
+  }
+  return v.get_bool();
+}
+
+// The length of the longest end of `text` that begins one of `stops` (and is not all of it).
+std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::string>& stops) {
+  std::size_t longest = 0;
+  for (const auto& stop : stops) {
+    for (std::size_t n = std::min(stop.size() - 1, text.size()); n > longest; --n) {
+      if (text.ends_with(std::string_view(stop).substr(0, n))) {
+        longest = n;
+        break;
+      }
+    }
+  }
+  return longest;
+}
+
+}  // namespace
+
+void read_sampling(const json::object& o, generation_request& r, bool chat) {
+  auto& p = r.params;
+  const json::value* max_tokens = field(o, "max_tokens");
+  if (chat && max_tokens == nullptr) {
+    max_tokens = field(o, "max_completion_tokens");
+  }
+  if (max_tokens != nullptr) {
+    const std::int64_t n = integer(*max_tokens, "max_tokens");
+    if (n < 1) {
+      refuse("max_tokens", "must be at least 1, not " + std::to_string(n));
+    }
+    p.max_tokens = static_cast<int>(std::min<std::int64_t>(n, std::numeric_limits<int>::max()));
+    r.max_tokens_given = true;
+  }
+  if (const auto* v = field(o, "temperature")) {
+    const double t = number(*v, "temperature");
+    if (!(t >= 0.0 && t <= 100.0)) {
+      refuse("temperature", "must be between 0 and 100");
+    }
+    p.temperature = static_cast<float>(t);
+  }
+  if (const auto* v = field(o, "top_p")) {
+    const double t = number(*v, "top_p");
+    if (!(t > 0.0 && t <= 1.0)) {
+      refuse("top_p", "must be in (0, 1]");
+    }
+    p.top_p = static_cast<float>(t);
+  }
+  if (const auto* v = field(o, "top_k")) {
+    const std::int64_t k = integer(*v, "top_k");
+    if (k < -1 || k > std::numeric_limits<int>::max()) {
+      refuse("top_k", "must be -1 (off), 0 (off) or a positive count");
+    }
+    p.top_k = k < 0 ? 0 : static_cast<int>(k);
+  }
+  if (const auto* v = field(o, "seed")) {
+    p.seed = static_cast<std::uint64_t>(integer(*v, "seed"));
+  }
+  if (const auto* v = field(o, "stop")) {
+    if (v->is_string()) {
+      p.stop.emplace_back(v->get_string());
+    } else if (v->is_array()) {
+      for (const auto& s : v->get_array()) {
+        if (!s.is_string()) {
+          refuse("stop", "must be a string or a list of strings");
+        }
+        p.stop.emplace_back(s.get_string());
+      }
+    } else {
+      refuse("stop", "must be a string or a list of strings");
+    }
+    if (std::ranges::any_of(p.stop, [](const std::string& s) { return s.empty(); })) {
+      refuse("stop", "must not hold an empty string");
+    }
+  }
+  if (const auto* v = field(o, "ignore_eos")) {
+    p.ignore_eos = boolean(*v, "ignore_eos");
+  }
+  if (const auto* v = field(o, "n")) {
+    if (integer(*v, "n") != 1) {
+      refuse("n", "must be 1: one choice per request is served");
+    }
+  }
+  if (const auto* v = field(o, "logprobs")) {
+    if (!(v->is_bool() && !v->get_bool())) {
+      refuse("logprobs", "is not supported");
+    }
+  }
+}
+
+void fit_context(const served_lm& s, generation_request& r) {
+  const auto context = static_cast<std::size_t>(s.lm->model.context_length());
+  const std::size_t prompt = r.prompt.size();
+  if (prompt == 0) {
+    throw lm_request_error(400, "the prompt is empty", "prompt");
+  }
+  if (prompt >= context) {
+    throw lm_request_error(400,
+                           "this model's maximum context length is " + std::to_string(context) +
+                               " tokens; the prompt has " + std::to_string(prompt) +
+                               " tokens, leaving none to generate",
+                           "prompt");
+  }
+  const auto wanted = static_cast<std::size_t>(r.params.max_tokens);
+  if (prompt + wanted > context) {
+    if (!r.max_tokens_given) {
+      r.params.max_tokens = static_cast<int>(context - prompt);
+      return;
+    }
+    throw lm_request_error(400,
+                           "this model's maximum context length is " + std::to_string(context) +
+                               " tokens; you requested " + std::to_string(prompt + wanted) +
+                               " tokens (" + std::to_string(prompt) + " in the prompt, " +
+                               std::to_string(wanted) + " for the completion)",
+                           "max_tokens");
+  }
+}
+
+std::string_view finish_name(lm::finish_reason r) noexcept {
+  switch (r) {
+  case lm::finish_reason::stop:
+    return "stop";
+  case lm::finish_reason::length:
+    return "length";
+  default:
+    return "abort";
+  }
+}
+
+asio::awaitable<generation_result>
+generate(served_lm& s,
+         generation_request r,
+         clock_type::time_point start,
+         const std::function<asio::awaitable<bool>(std::string_view)>& on_text) {
+  const std::vector<std::string> stops = r.params.stop;
+  const std::size_t prompt_size = r.prompt.size();
+  lm::sequence seq;
+  try {
+    seq = s.gen.submit(std::move(r.prompt), std::move(r.params));
+  } catch (const std::length_error& e) {
+    throw lm_request_error(503, std::string("the server is busy: ") + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw lm_request_error(400, e.what());
+  } catch (const std::out_of_range& e) {
+    throw lm_request_error(400, e.what(), "prompt");
+  }
+  s.counters.prompt_tokens += prompt_size;
+
+  generation_result out;
+  // Counted however the coroutine ends: a cancellation that comes between two waits throws
+  // from the next one, and the frame is destroyed without reaching the end.
+  struct count_end {
+    lm_counters& c;
+    clock_type::time_point start;
+    const lm::finish_reason& reason;
+    ~count_end() {
+      c.e2e.observe(clock_type::now() - start);
+      if (reason == lm::finish_reason::stop || reason == lm::finish_reason::length) {
+        ++(reason == lm::finish_reason::stop ? c.finished_stop : c.finished_length);
+        ++c.success;
+      } else {
+        ++c.aborted;
+      }
+    }
+  } const counted{s.counters, start, out.reason};
+  lm::text_stream pieces(s.lm->model.tokenizer());
+  std::string text;      // every token's text so far
+  std::size_t sent = 0;  // of `text`, given to on_text
+  bool stopped = false;  // a stop string found: nothing more is sent
+  auto last = clock_type::now();
+  // Sends what is safe to send of `text`: up to a stop string found (then ends), or all but
+  // an end that could still become one.
+  const auto send = [&](bool at_end) -> asio::awaitable<bool> {
+    std::size_t upto = text.size();
+    if (!stops.empty()) {
+      const std::size_t from = sent > 0 ? sent - std::min(sent, std::size_t{256}) : 0;
+      for (const auto& stop : stops) {
+        const auto at = std::string_view(text).find(stop, from);
+        if (at != std::string_view::npos && at < upto) {
+          upto = at;
+          stopped = true;
+        }
+      }
+      if (!stopped && !at_end) {
+        upto -= stop_prefix_at_end(text, stops);
+      }
+    }
+    upto = std::max(upto, sent);
+    if (upto == sent) {
+      co_return true;
+    }
+    const std::string_view piece = std::string_view(text).substr(sent, upto - sent);
+    out.text.append(piece);
+    sent = upto;
+    co_return co_await on_text(piece);
+  };
+
+  for (;;) {
+    auto [ec, id] = co_await seq.async_next(asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+      // Cancelled: the client left (the wait's cancellation cancelled the sequence too).
+      out.reason = ec == asio::error::operation_aborted ? lm::finish_reason::cancelled
+                                                        : lm::finish_reason::error;
+      out.error = seq.error();
+      break;
+    }
+    if (!id) {
+      text += pieces.finish();
+      out.reason = seq.finish_reason();
+      if (!co_await send(true)) {
+        out.reason = lm::finish_reason::cancelled;
+      } else if (stopped) {
+        out.reason = lm::finish_reason::stop;
+      }
+      break;
+    }
+    const auto now = clock_type::now();
+    (out.completion_tokens == 0 ? s.counters.time_to_first_token : s.counters.inter_token)
+        .observe(now - (out.completion_tokens == 0 ? start : last));
+    last = now;
+    ++out.completion_tokens;
+    ++s.counters.generation_tokens;
+    text += pieces.push(*id);
+    if (!co_await send(false)) {
+      seq.cancel();
+      out.reason = lm::finish_reason::cancelled;
+      break;
+    }
+    if (stopped) {
+      seq.cancel();  // the generator ends there too; this frees the blocks without a step
+      out.reason = lm::finish_reason::stop;
+      break;
+    }
+  }
+  co_return out;
+}
+
+}  // namespace cotensor::serving::detail

@@ -1,0 +1,115 @@
+#pragma once
+
+// The language models a handler serves: each one's generator and counters (lm_metrics.cpp),
+// a request's generation parameters read from JSON, and one generation run to its end with
+// its text streamed in pieces (lm_generation.cpp). The OpenAI routes (openai.cpp) and the
+// generate extension (generate.cpp) are built on them.
+
+#include <cotensor/lm.hpp>
+#include <cotensor/serving.hpp>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/json.hpp>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cotensor::serving::detail {
+
+namespace json = boost::json;
+
+// A Prometheus histogram of seconds; every member may be updated from any thread.
+struct seconds_histogram {
+  static constexpr std::array<double, 16> bounds = {
+      0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0};
+  std::array<std::atomic<std::uint64_t>, bounds.size() + 1> buckets{};
+  std::atomic<std::uint64_t> sum_us{0};
+
+  void observe(std::chrono::steady_clock::duration d);
+  // The `_bucket`, `_sum` and `_count` lines of `name` with the label `model`.
+  void write(std::string& out, std::string_view name, std::string_view model) const;
+};
+
+// Counters of one language model, for /metrics (vLLM's equivalents in docs/server.md).
+struct lm_counters {
+  seconds_histogram time_to_first_token;  // from the request read to its first token
+  seconds_histogram inter_token;          // between two tokens of one request
+  seconds_histogram e2e;                  // from the request read to its last token
+  std::atomic<std::uint64_t> prompt_tokens{0};
+  std::atomic<std::uint64_t> generation_tokens{0};
+  std::atomic<std::uint64_t> success{0};  // requests answered in full, by finish reason:
+  std::atomic<std::uint64_t> finished_stop{0};
+  std::atomic<std::uint64_t> finished_length{0};
+  std::atomic<std::uint64_t> aborted{0};  // client gone, or a failed step
+};
+
+// One served language model: the repository's (which outlives the handler), its generator,
+// its counters.
+struct served_lm {
+  explicit served_lm(const language_model& l) : lm(&l), gen(l.model, l.options.generator) {}
+  const language_model* lm;
+  lm::generator gen;
+  lm_counters counters;
+};
+
+// The Prometheus text of the language models' counters and their generators' figures.
+std::string lm_metrics(const std::vector<const served_lm*>& models);
+
+// A request the routes refuse: the HTTP status, the message and the offending field.
+struct lm_request_error : std::runtime_error {
+  lm_request_error(int http_status, std::string message, std::string field = {})
+      : std::runtime_error(std::move(message)), status(http_status), param(std::move(field)) {}
+  int status;
+  std::string param;
+};
+
+// What a request asks to generate. The fields of OpenAI's requests and of the generate
+// extension's `parameters` alike; missing ones keep the defaults of `params`.
+struct generation_request {
+  std::vector<std::int32_t> prompt;
+  lm::sampling_params params;
+  bool max_tokens_given = false;  // else `params.max_tokens` is the route's default
+};
+
+// Reads the sampling fields of `o` into `r.params`: `max_tokens` (and, when `chat`,
+// `max_completion_tokens`), `temperature`, `top_p`, `top_k` (-1 or 0: off), `seed`, `stop` (a
+// string or a list of strings), `ignore_eos`, `n` (only 1), `logprobs` (false or null only).
+// Throws lm_request_error (400) naming the field for a wrong type or a value out of range.
+void read_sampling(const json::object& o, generation_request& r, bool chat);
+
+// Fits the request to the model's context: a prompt that fills it, or `max_tokens` past it, is
+// refused (400, saying the lengths); without `max_tokens`, the default is cut to what fits.
+void fit_context(const served_lm& s, generation_request& r);
+
+// How a generation ended.
+struct generation_result {
+  std::string text;  // all the text given to `on_text`, stop text trimmed
+  lm::finish_reason reason = lm::finish_reason::none;
+  std::size_t completion_tokens = 0;
+  std::exception_ptr error;  // of a failed step
+};
+
+// Runs `r` on `s`'s generator to its end: `on_text` gets each piece of new text (never part of a
+// UTF-8 character; the text of a stop string and what could still become one held back) and
+// returns false when its client is gone, which cancels the sequence. Throws lm_request_error:
+// 503 when the generator's waiting queue is full, 400 when the generator refuses the request.
+// Counts the request's tokens and latencies from `start`.
+asio::awaitable<generation_result>
+generate(served_lm& s,
+         generation_request r,
+         std::chrono::steady_clock::time_point start,
+         const std::function<asio::awaitable<bool>(std::string_view)>& on_text);
+
+// "stop", "length", or "abort" (a cancelled or failed sequence).
+std::string_view finish_name(lm::finish_reason r) noexcept;
+
+}  // namespace cotensor::serving::detail

@@ -1,0 +1,423 @@
+// The OpenAI-compatible routes of the language models: GET /v1/models[/{id}],
+// POST /v1/completions and POST /v1/chat/completions, whole or streamed as server-sent events
+// (each chunk `data: {json}`, then `data: [DONE]`), errors in OpenAI's shape.
+
+// GCC 12 pairs the coroutine frame's allocation with Asio's sized operator delete and warns of a
+// mismatch that is not there (GCC bug 109224, fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+#include "serving/handler_state.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+namespace cotensor::serving::detail {
+
+namespace {
+
+std::int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// "cmpl-" and 24 hex digits: a random start, then a counter.
+std::string completion_id(std::string_view prefix) {
+  static const std::uint64_t base = std::random_device{}() * 0x9E3779B97F4A7C15ULL;
+  static std::atomic<std::uint64_t> next{0};
+  char digits[25];
+  std::snprintf(digits, sizeof digits, "%016llx%08llx", static_cast<unsigned long long>(base),
+                static_cast<unsigned long long>(next.fetch_add(1) & 0xFFFFFFFFULL));
+  return std::string(prefix) + digits;
+}
+
+// The prompt of a completion request: a string, a list of ids, or a list of one of them.
+std::vector<std::int32_t> completion_prompt(const json::value* p, const lm::tokenizer& t) {
+  const auto ids = [&](const json::array& a) {
+    std::vector<std::int32_t> out;
+    for (const auto& v : a) {
+      if (!v.is_int64() || v.get_int64() < 0 ||
+          v.get_int64() >= static_cast<std::int64_t>(t.vocab_size())) {
+        throw lm_request_error(400, "'prompt' holds an id that is not in the vocabulary", "prompt");
+      }
+      out.push_back(static_cast<std::int32_t>(v.get_int64()));
+    }
+    return out;
+  };
+  if (p == nullptr) {
+    throw lm_request_error(400, "'prompt' is required", "prompt");
+  }
+  if (p->is_string()) {
+    return t.encode(p->get_string());
+  }
+  if (p->is_array() && !p->get_array().empty()) {
+    const auto& a = p->get_array();
+    if (a.front().is_number()) {
+      return ids(a);
+    }
+    if (a.size() == 1 && a.front().is_string()) {
+      return t.encode(a.front().get_string());
+    }
+    if (a.size() == 1 && a.front().is_array()) {
+      return ids(a.front().get_array());
+    }
+    if (a.size() > 1 && (a.front().is_string() || a.front().is_array())) {
+      throw lm_request_error(400,
+                             "'prompt' holds " + std::to_string(a.size()) +
+                                 " prompts; one prompt per request is served",
+                             "prompt");
+    }
+  }
+  throw lm_request_error(400, "'prompt' must be a string, a list of token ids, or a list of one",
+                         "prompt");
+}
+
+// The chat's messages, rendered with the model's template and tokenized as `transformers`'
+// apply_chat_template does (no special tokens added: the template writes them).
+std::vector<std::int32_t> chat_prompt(const json::value* m, const lm::model& model) {
+  if (m == nullptr || !m->is_array() || m->get_array().empty()) {
+    throw lm_request_error(400, "'messages' must be a non-empty list", "messages");
+  }
+  std::vector<lm::chat_message> messages;
+  for (const auto& v : m->get_array()) {
+    const json::object* o = v.if_object();
+    const json::value* role = o != nullptr ? o->if_contains("role") : nullptr;
+    if (role == nullptr || !role->is_string()) {
+      throw lm_request_error(400, "each message must be an object with a string 'role'",
+                             "messages");
+    }
+    lm::chat_message msg{std::string(role->get_string()), {}};
+    const json::value* content = o->if_contains("content");
+    if (content != nullptr && content->is_string()) {
+      msg.content = content->get_string();
+    } else if (content != nullptr && content->is_array()) {
+      // Content parts: the text ones, joined.
+      for (const auto& part : content->get_array()) {
+        const json::object* po = part.if_object();
+        const json::value* type = po != nullptr ? po->if_contains("type") : nullptr;
+        const json::value* text = po != nullptr ? po->if_contains("text") : nullptr;
+        if (type == nullptr || *type != "text" || text == nullptr || !text->is_string()) {
+          throw lm_request_error(400, "only text content parts are supported", "messages");
+        }
+        msg.content += text->get_string();
+      }
+    } else if (content != nullptr && !content->is_null()) {
+      throw lm_request_error(400, "a message's 'content' must be a string or a list of parts",
+                             "messages");
+    }
+    messages.push_back(std::move(msg));
+  }
+  std::string text;
+  try {
+    text = model.render_chat(messages, true);
+  } catch (const std::logic_error&) {
+    throw lm_request_error(400, "this model has no chat template; use /v1/completions", "messages");
+  } catch (const std::runtime_error& e) {
+    throw lm_request_error(400, std::string("the chat template refused the messages: ") + e.what(),
+                           "messages");
+  }
+  return model.tokenizer().encode(text, false);
+}
+
+// What a request may ask that is not served: refused with 400 naming the field, never ignored
+// (an answer computed without it would be silently wrong).
+void refuse_unsupported(const json::object& o) {
+  const auto given = [&](std::string_view name) {
+    const json::value* v = o.if_contains(name);
+    return v != nullptr && !v->is_null();
+  };
+  const auto refuse = [](std::string_view name, std::string_view what) {
+    throw lm_request_error(400, "'" + std::string(name) + "' " + std::string(what),
+                           std::string(name));
+  };
+  for (const std::string_view penalty : {"presence_penalty", "frequency_penalty"}) {
+    if (given(penalty) && !(o.at(penalty).is_number() && o.at(penalty).to_number<double>() == 0)) {
+      refuse(penalty, "is not supported (only 0)");
+    }
+  }
+  if (given("echo") && o.at("echo") != false) {
+    refuse("echo", "is not supported");
+  }
+  if (given("best_of") && o.at("best_of") != 1) {
+    refuse("best_of", "is not supported (only 1)");
+  }
+  if (given("logit_bias") &&
+      !(o.at("logit_bias").is_object() && o.at("logit_bias").get_object().empty())) {
+    refuse("logit_bias", "is not supported");
+  }
+  if (given("top_logprobs")) {
+    refuse("top_logprobs", "is not supported");
+  }
+  for (const std::string_view name : {"tools", "functions"}) {
+    if (given(name) && !(o.at(name).is_array() && o.at(name).get_array().empty())) {
+      refuse(name, "(tool calling) is not supported");
+    }
+  }
+  if (given("response_format")) {
+    const json::value& f = o.at("response_format");
+    const json::value* type = f.is_object() ? f.get_object().if_contains("type") : nullptr;
+    if (type == nullptr || *type != "text") {
+      refuse("response_format", "is not supported (only {\"type\": \"text\"})");
+    }
+  }
+}
+
+json::object usage(std::size_t prompt, std::size_t completion) {
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion}};
+}
+
+json::object failure_body(std::string_view message) {
+  return {{"message", message}, {"type", "server_error"}, {"param", nullptr}, {"code", 500}};
+}
+
+std::string event(const json::value& v) { return "data: " + json::serialize(v) + "\n\n"; }
+
+}  // namespace
+
+handler::response handler_state::openai_error(const handler::request& req,
+                                              int status,
+                                              std::string_view message,
+                                              std::string_view param) const {
+  // OpenAI's types: every 4xx is an invalid request.
+  const std::string_view type = status < 500    ? "invalid_request_error"
+                                : status == 503 ? "service_unavailable_error"
+                                                : "server_error";
+  json::object e{{"message", message},
+                 {"type", type},
+                 {"param", param.empty() ? json::value(nullptr) : json::value(param)},
+                 {"code", status}};
+  auto res =
+      reply(req, static_cast<http::status>(status), json::serialize(json::object{{"error", e}}));
+  if (status == 503) {
+    res.set(http::field::retry_after, "1");
+  }
+  return res;
+}
+
+asio::awaitable<std::optional<handler::response>>
+handler_state::openai(const handler::request& req, handler::response_stream& out) {
+  const std::string_view target(req.target().data(), req.target().size());
+  const std::string_view path = target.substr(0, target.find('?'));
+  const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
+  if (path == "/v1/models" || path.starts_with("/v1/models/")) {
+    if (!get) {
+      auto res = openai_error(req, 405, "method not allowed; use GET");
+      res.set(http::field::allow, "GET");
+      co_return res;
+    }
+    const auto card = [](const served_lm& s) {
+      return json::object{{"id", s.lm->name},
+                          {"object", "model"},
+                          {"created", 0},
+                          {"owned_by", "cotensor"},
+                          {"max_model_len", s.lm->model.context_length()}};
+    };
+    if (path == "/v1/models") {
+      json::array data;
+      for (const auto& [name, s] : lms_) {
+        data.emplace_back(card(*s));
+      }
+      co_return reply(req, http::status::ok,
+                      json::serialize(json::object{{"object", "list"}, {"data", data}}));
+    }
+    const std::string_view id = path.substr(std::string_view("/v1/models/").size());
+    if (served_lm* s = find_lm(id)) {
+      co_return reply(req, http::status::ok, json::serialize(card(*s)));
+    }
+    co_return openai_error(req, 404, "the model '" + std::string(id) + "' does not exist", "model");
+  }
+  const bool chat = path == "/v1/chat/completions";
+  if (!chat && path != "/v1/completions") {
+    co_return openai_error(req, 404, "no such route: " + std::string(path));
+  }
+  if (req.method() != http::verb::post) {
+    auto res = openai_error(req, 405, "method not allowed; use POST");
+    res.set(http::field::allow, "POST");
+    co_return res;
+  }
+  boost::system::error_code ec;
+  const json::value body = json::parse(req.body(), ec);
+  if (ec || !body.is_object()) {
+    co_return openai_error(req, 400,
+                           ec ? "the body is not valid JSON: " + ec.message()
+                              : std::string("the body must be a JSON object"));
+  }
+  const json::object& o = body.get_object();
+  const json::value* model = o.if_contains("model");
+  if (model == nullptr || !model->is_string()) {
+    co_return openai_error(req, 400, "'model' must be the name of a model", "model");
+  }
+  served_lm* s = find_lm(model->get_string());
+  if (s == nullptr) {
+    co_return openai_error(
+        req, 404, "the model '" + std::string(model->get_string()) + "' does not exist", "model");
+  }
+  co_return co_await openai_generate(req, *s, chat, o, out);
+}
+
+asio::awaitable<std::optional<handler::response>>
+handler_state::openai_generate(const handler::request& req,
+                               served_lm& s,
+                               bool chat,
+                               const json::object& o,
+                               handler::response_stream& out) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!ready_) {
+    co_return openai_error(req, 503, "the server is shutting down");
+  }
+  generation_request r;
+  bool stream = false;
+  bool include_usage = false;
+  try {
+    r.params.max_tokens = 16;  // OpenAI's default for completions; chat's is what fits
+    if (chat) {
+      r.params.max_tokens = static_cast<int>(s.lm->model.context_length());
+    }
+    read_sampling(o, r, chat);
+    if (const json::value* v = o.if_contains("stream"); v != nullptr && !v->is_null()) {
+      if (!v->is_bool()) {
+        throw lm_request_error(400, "'stream' must be true or false", "stream");
+      }
+      stream = v->get_bool();
+    }
+    if (const json::value* v = o.if_contains("stream_options"); v != nullptr && !v->is_null()) {
+      const json::value* u =
+          v->is_object() ? v->get_object().if_contains("include_usage") : nullptr;
+      if (!v->is_object() || (u != nullptr && !u->is_bool())) {
+        throw lm_request_error(400, "'stream_options' must be {\"include_usage\": bool}",
+                               "stream_options");
+      }
+      include_usage = u != nullptr && u->get_bool();
+    }
+    refuse_unsupported(o);
+    r.prompt = chat ? chat_prompt(o.if_contains("messages"), s.lm->model)
+                    : completion_prompt(o.if_contains(chat ? "messages" : "prompt"),
+                                        s.lm->model.tokenizer());
+    fit_context(s, r);
+  } catch (const lm_request_error& e) {
+    co_return openai_error(req, e.status, e.what(), e.param);
+  }
+
+  const std::string id = completion_id(chat ? "chatcmpl-" : "cmpl-");
+  const std::int64_t created = unix_seconds();
+  const std::string_view object = chat ? "chat.completion.chunk" : "text_completion";
+  const std::size_t prompt_tokens = r.prompt.size();
+  // One streamed chunk: a piece of text (or the role's opening delta, or the last, empty one).
+  const auto chunk = [&](std::string_view text, const json::value& finish, bool role = false) {
+    json::object choice{{"index", 0}};
+    if (chat) {
+      json::object delta;
+      if (role) {
+        delta["role"] = "assistant";
+      }
+      if (!text.empty() || role) {
+        delta["content"] = text;
+      }
+      choice["delta"] = std::move(delta);
+    } else {
+      choice["text"] = text;
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish;
+    return event(json::object{{"id", id},
+                              {"object", object},
+                              {"created", created},
+                              {"model", s.lm->name},
+                              {"choices", json::array{std::move(choice)}}});
+  };
+  bool begun = false;
+  const auto begin = [&]() -> asio::awaitable<bool> {
+    if (begun) {
+      co_return true;
+    }
+    begun = true;
+    auto head = reply(req, http::status::ok, {}, "text/event-stream");
+    head.set(http::field::cache_control, "no-cache");
+    // No co_await behind `&&` or `||`: GCC 12 evaluates it whatever the left side gives.
+    if (!co_await out.begin(std::move(head))) {
+      co_return false;
+    }
+    if (chat) {
+      co_return co_await out.write(chunk({}, nullptr, true));
+    }
+    co_return true;
+  };
+  const auto on_text = [&](std::string_view text) -> asio::awaitable<bool> {
+    if (!stream) {
+      co_return true;
+    }
+    if (!co_await begin()) {
+      co_return false;
+    }
+    co_return co_await out.write(chunk(text, nullptr));
+  };
+
+  generation_result g;
+  try {
+    g = co_await generate(s, std::move(r), start, on_text);
+  } catch (const lm_request_error& e) {
+    co_return openai_error(req, e.status, e.what(), e.param);
+  }
+  if (g.reason == lm::finish_reason::cancelled) {
+    co_return std::nullopt;  // the client is gone; nothing more is sent
+  }
+  std::string failure;
+  if (g.reason == lm::finish_reason::error) {
+    try {
+      std::rethrow_exception(g.error);
+    } catch (const std::exception& e) {
+      failure = std::string("the generation failed: ") + e.what();
+    } catch (...) {
+      failure = "the generation failed";
+    }
+  }
+  if (!stream) {
+    if (!failure.empty()) {
+      co_return openai_error(req, 500, failure);
+    }
+    json::object choice{{"index", 0}};
+    if (chat) {
+      choice["message"] = json::object{{"role", "assistant"}, {"content", g.text}};
+    } else {
+      choice["text"] = g.text;
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish_name(g.reason);
+    co_return reply(
+        req, http::status::ok,
+        json::serialize(json::object{{"id", id},
+                                     {"object", chat ? std::string_view("chat.completion")
+                                                     : std::string_view("text_completion")},
+                                     {"created", created},
+                                     {"model", s.lm->name},
+                                     {"choices", json::array{std::move(choice)}},
+                                     {"usage", usage(prompt_tokens, g.completion_tokens)}}));
+  }
+  if (!co_await begin()) {
+    co_return std::nullopt;
+  }
+  // The events are made before each co_await: GCC 12 cannot keep an initializer list's array
+  // across one.
+  std::string last = failure.empty() ? chunk({}, json::value(finish_name(g.reason)))
+                                     : event(json::object{{"error", failure_body(failure)}});
+  co_await out.write(last);
+  if (include_usage) {
+    last = event(json::object{{"id", id},
+                              {"object", object},
+                              {"created", created},
+                              {"model", s.lm->name},
+                              {"choices", json::array{}},
+                              {"usage", usage(prompt_tokens, g.completion_tokens)}});
+    co_await out.write(last);
+  }
+  co_await out.write("data: [DONE]\n\n");
+  co_return std::nullopt;
+}
+
+}  // namespace cotensor::serving::detail

@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""Drives cotensor_server's language-model routes with the clients people use: the `openai`
+package (completions and chat, streamed and not) and raw HTTP for every bad input, the
+Triton/KServe generate extension, /metrics, a client gone mid-stream, admission past the
+limits, and a drain with SIGTERM.
+
+    .venv/bin/python3 tests/server/lm_openai_test.py build/examples/cotensor_server
+
+The models are the tiny random ones of tests/data/lm (made with `transformers`, see
+make_models.sh): a temperature-0 completion must give, token for token, the ids that
+`transformers`' greedy loop gave (recorded in <name>-expected.safetensors). One line per case.
+Exits 0 on success, 1 on a failure, 77 (skipped) when the `openai` package is missing.
+"""
+import argparse
+import http.client
+import json
+import os
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent / "data" / "lm"
+sys.path.insert(0, str(HERE))
+import serverproc  # noqa: E402
+
+try:
+    import openai
+except ImportError as e:  # no virtual environment: skipped, not passed
+    print(f"SKIPPED: {e}")
+    sys.exit(77)
+
+FAILURES = []
+
+
+def case(name):
+    def run(fn):
+        try:
+            fn()
+            print(f"ok   {name}", flush=True)
+        except Exception as e:  # noqa: BLE001: report every case
+            FAILURES.append(name)
+            print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+        return fn
+    return run
+
+
+def expected_ids(model):
+    """The prompts and transformers' greedy continuations recorded for `model`."""
+    raw = (DATA / f"{model}-expected.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__" or t["dtype"] != "I64":
+            continue  # the logits
+        begin, end = t["data_offsets"]
+        data = raw[8 + n + begin:8 + n + end]
+        out[name] = list(struct.unpack(f"<{len(data) // 8}q", data))
+    return out
+
+
+def byte_decoder():
+    """GPT-2's byte-to-unicode table, reversed (the tokenizers' ByteLevel decoder)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + \
+        list(range(0xAE, 0xFF + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def decode(model_dir, ids):
+    """`tokenizers`' decode(ids, skip_special_tokens=True) for a byte-level BPE file."""
+    t = json.loads((model_dir / "tokenizer.json").read_text())
+    vocab = {i: s for s, i in t["model"]["vocab"].items()}
+    special = {a["id"] for a in t["added_tokens"] if a["special"]}
+    for a in t["added_tokens"]:
+        vocab[a["id"]] = a["content"]
+    table = byte_decoder()
+    data = bytearray()
+    for i in ids:
+        if i in special:
+            continue
+        data += bytes(table[c] for c in vocab[i])
+    return data.decode("utf-8", "replace")
+
+
+def raw(server, method, path, body=None, headers=None, timeout=60):
+    c = http.client.HTTPConnection(server.host, server.port, timeout=timeout)
+    payload = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    c.request(method, path, body=payload, headers={"Content-Type": "application/json",
+                                                   **(headers or {})})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, dict(r.getheaders()), data
+
+
+def events(data):
+    """The `data:` payloads of a server-sent event stream."""
+    out = []
+    for block in data.decode().split("\n\n"):
+        if block.strip():
+            assert block.startswith("data: "), block
+            out.append(block[len("data: "):])
+    return out
+
+
+def metric(text, name, labels):
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name}{labels} in /metrics")
+
+
+def make_repository(root):
+    """gpt2, qwen (ChatML) and llama (Llama 3 template) from tests/data/lm, and `long`: the
+    Llama one with a context of 4,096 (RoPE has no position weights), one running and one
+    waiting sequence at most, so that a stream lasts long enough to leave or drain mid-way."""
+    for name, src in (("gpt2", "gpt2-tiny"), ("qwen", "qwen2-tiny"), ("llama", "llama-tiny")):
+        os.symlink(DATA / src, root / name)
+    long = root / "long"
+    long.mkdir()
+    for f in (DATA / "llama-tiny").iterdir():
+        if f.name != "config.json":
+            os.symlink(f, long / f.name)
+    config = json.loads((DATA / "llama-tiny" / "config.json").read_text())
+    config["max_position_embeddings"] = LONG
+    (long / "config.json").write_text(json.dumps(config))
+    (long / "cotensor.json").write_text(json.dumps({"max_running": 1, "max_waiting": 1}))
+
+
+LONG = 4096
+
+
+def start_stream(server, model, max_tokens):
+    """A streaming completion on a raw socket, its response head read: the socket."""
+    s = socket.create_connection((server.host, server.port))
+    body = json.dumps({"model": model, "prompt": "a", "max_tokens": max_tokens, "stream": True,
+                       "ignore_eos": True, "temperature": 0}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+              b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+              b"\r\n\r\n" + body)
+    assert s.recv(64).startswith(b"HTTP/1.1 200")
+    return s
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("server")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        repo = Path(d)
+        make_repository(repo)
+        with serverproc.ServerProcess(args.server, repo, ["--threads", "2"]) as server:
+            run_cases(server)
+            drain(server)
+        rc = server.returncode
+        if rc != 0:
+            FAILURES.append("exit status")
+            print(f"FAIL exit status: {rc} after SIGTERM", flush=True)
+    if FAILURES:
+        print(f"{len(FAILURES)} case(s) FAILED: {', '.join(FAILURES)}")
+        return 1
+    print("all cases passed")
+    return 0
+
+
+def run_cases(server):
+    client = openai.OpenAI(base_url=f"http://{server.url}/v1", api_key="none", max_retries=0)
+    greedy = expected_ids("gpt2-tiny")
+
+    @case("GET /v1/models lists the language models")
+    def _():
+        ids = sorted(m.id for m in client.models.list().data)
+        assert ids == ["gpt2", "llama", "long", "qwen"], ids
+
+    @case("temperature 0 completion = transformers' greedy ids, for every recorded prompt")
+    def _():
+        for i in range(4):
+            prompt, want = greedy[f"ids_{i}"], greedy[f"greedy_{i}"]
+            n = min(len(want), 64 - len(prompt))
+            r = client.completions.create(model="gpt2", prompt=prompt, max_tokens=n,
+                                          temperature=0, extra_body={"ignore_eos": True})
+            assert r.usage.prompt_tokens == len(prompt), r.usage
+            assert r.usage.completion_tokens == n, r.usage
+            assert r.choices[0].finish_reason == "length", r.choices[0]
+            text = decode(DATA / "gpt2-tiny", want[:n])
+            assert r.choices[0].text == text, (i, r.choices[0].text, text)
+
+    @case("a streamed completion gives the same text, one id, usage, then [DONE]")
+    def _():
+        kw = dict(model="gpt2", prompt="Hello, world", max_tokens=20, temperature=0,
+                  extra_body={"ignore_eos": True})
+        whole = client.completions.create(**kw)
+        chunks = list(client.completions.create(**kw, stream=True,
+                                                stream_options={"include_usage": True}))
+        assert len({c.id for c in chunks}) == 1
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        assert text == whole.choices[0].text, (text, whole.choices[0].text)
+        finals = [c.choices[0].finish_reason for c in chunks if c.choices]
+        assert finals[-1] == "length" and all(f is None for f in finals[:-1]), finals
+        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 20
+        status, headers, body = raw(server, "POST", "/v1/completions",
+                                    {**kw.pop("extra_body"), **kw, "stream": True})
+        assert status == 200 and headers["Content-Type"] == "text/event-stream"
+        assert events(body)[-1] == "[DONE]"
+
+    @case("seeded sampling repeats itself; stop strings are trimmed")
+    def _():
+        kw = dict(model="gpt2", prompt="Once upon", max_tokens=24, temperature=0.8, seed=7,
+                  extra_body={"ignore_eos": True})
+        a, b = (client.completions.create(**kw).choices[0].text for _ in range(2))
+        assert a == b
+        whole = client.completions.create(model="gpt2", prompt="Once upon", max_tokens=24,
+                                          temperature=0, extra_body={"ignore_eos": True})
+        text = whole.choices[0].text
+        stop = text[5:8]
+        assert len(stop) == 3, text
+        r = client.completions.create(model="gpt2", prompt="Once upon", max_tokens=24,
+                                      temperature=0, stop=[stop],
+                                      extra_body={"ignore_eos": True})
+        assert r.choices[0].finish_reason == "stop", r.choices[0]
+        assert r.choices[0].text == text[:text.index(stop)], (r.choices[0].text, text)
+        streamed = "".join(c.choices[0].text for c in client.completions.create(
+            model="gpt2", prompt="Once upon", max_tokens=24, temperature=0, stop=stop,
+            stream=True, extra_body={"ignore_eos": True}))
+        assert streamed == r.choices[0].text, (streamed, r.choices[0].text)
+
+    @case("chat completions render the model's template (ChatML, Llama 3), streamed and not")
+    def _():
+        for model in ("qwen", "llama"):
+            msgs = [{"role": "user", "content": "hi"}]
+            r = client.chat.completions.create(model=model, messages=msgs, max_tokens=2,
+                                               temperature=0)
+            assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
+            assert r.usage.completion_tokens >= 1 and r.usage.prompt_tokens > 4, r.usage
+            chunks = list(client.chat.completions.create(model=model, messages=msgs,
+                                                         max_tokens=2, temperature=0,
+                                                         stream=True))
+            assert chunks[0].choices[0].delta.role == "assistant"
+            text = "".join(c.choices[0].delta.content or "" for c in chunks)
+            assert text == r.choices[0].message.content, (text, r.choices[0].message.content)
+            assert chunks[-1].choices[0].finish_reason == r.choices[0].finish_reason
+
+    @case("the generate extension: /generate and /generate_stream, advertised in GET /v2")
+    def _():
+        status, _, body = raw(server, "GET", "/v2")
+        assert status == 200 and "generate" in json.loads(body)["extensions"]
+        params = {"max_tokens": 12, "temperature": 0, "ignore_eos": True}
+        want = client.completions.create(model="gpt2", prompt="abc", max_tokens=12,
+                                         temperature=0, extra_body={"ignore_eos": True})
+        status, _, body = raw(server, "POST", "/v2/models/gpt2/generate",
+                              {"text_input": "abc", "parameters": params})
+        out = json.loads(body)
+        assert status == 200 and out["text_output"] == want.choices[0].text, out
+        assert out["model_name"] == "gpt2" and out["finish_reason"] == "length"
+        status, headers, body = raw(server, "POST", "/v2/models/gpt2/generate_stream",
+                                    {"text_input": "abc", "parameters": params})
+        assert status == 200 and headers["Content-Type"] == "text/event-stream"
+        parts = [json.loads(e) for e in events(body)]
+        assert "".join(p["text_output"] for p in parts) == want.choices[0].text
+        assert parts[-1]["done"] is True and all(not p["done"] for p in parts[:-1])
+        for path in ("/v2/models/gpt2", "/v2/models/gpt2/ready", "/v2/models/gpt2/config"):
+            status, _, body = raw(server, "GET", path)
+            assert status == 200 and json.loads(body)["name"] == "gpt2", (path, body)
+
+    @case("bad requests: a 4xx in OpenAI's error shape, and the server serves on")
+    def _():
+        cases = [
+            (b"{not json", 400, None),
+            (b"[1, 2]", 400, None),
+            ({"prompt": "x"}, 400, "model"),
+            ({"model": "nope", "prompt": "x"}, 404, "model"),
+            ({"model": "gpt2", "prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
+            ({"model": "gpt2", "prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
+            ({"model": "gpt2", "prompt": "x", "temperature": "hot"}, 400, "temperature"),
+            ({"model": "gpt2", "prompt": "x", "top_p": 0}, 400, "top_p"),
+            ({"model": "gpt2", "prompt": "x", "stop": 5}, 400, "stop"),
+            ({"model": "gpt2", "prompt": "x", "n": 0}, 400, "n"),
+            ({"model": "gpt2", "prompt": "x", "n": 2}, 400, "n"),
+            ({"model": "gpt2", "prompt": "x", "logprobs": 3}, 400, "logprobs"),
+            ({"model": "gpt2", "prompt": "x", "stream": "yes"}, 400, "stream"),
+            ({"model": "gpt2", "prompt": ""}, 400, "prompt"),
+            ({"model": "gpt2", "prompt": 7}, 400, "prompt"),
+            ({"model": "gpt2", "prompt": [1, 99999]}, 400, "prompt"),
+            ({"model": "gpt2", "prompt": ["a", "b"]}, 400, "prompt"),
+            ({"model": "gpt2", "prompt": "word " * 80}, 400, "prompt"),
+            ({"model": "gpt2", "prompt": "x", "max_tokens": 100}, 400, "max_tokens"),
+            ({"model": "gpt2", "prompt": "x", "echo": True}, 400, "echo"),
+            ({"model": "gpt2", "prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty"),
+            ({"model": "gpt2", "prompt": "x", "best_of": 3}, 400, "best_of"),
+            ({"model": "gpt2", "prompt": "x", "logit_bias": {"5": 1}}, 400, "logit_bias"),
+            ({"model": "gpt2", "prompt": "x", "tools": [{"type": "function"}]}, 400, "tools"),
+            ({"model": "gpt2", "prompt": "x", "response_format": {"type": "json_object"}}, 400,
+             "response_format"),
+        ]
+        for body, want, param in cases:
+            status, _, data = raw(server, "POST", "/v1/completions", body)
+            err = json.loads(data)["error"]
+            assert status == want, (body, status, data)
+            assert isinstance(err["message"], str) and err["code"] == want, err
+            assert err["param"] == param, (body, err)
+            if param in ("prompt", "max_tokens") and "context" in err["message"]:
+                assert "64" in err["message"], err
+            assert raw(server, "GET", "/v1/models")[0] == 200
+        for body in ({"model": "gpt2", "messages": "hi"}, {"model": "gpt2", "messages": []},
+                     {"model": "gpt2", "messages": [{"content": "hi"}]},
+                     {"model": "gpt2", "messages": [{"role": "user", "content": "hi"}]}):
+            status, _, data = raw(server, "POST", "/v1/chat/completions", body)
+            assert status == 400 and json.loads(data)["error"]["param"] == "messages", data
+        status, headers, data = raw(server, "GET", "/v1/completions")
+        assert status == 405 and headers["Allow"] == "POST", (status, headers)
+        assert json.loads(data)["error"]["code"] == 405, data
+        assert raw(server, "POST", "/v1/nothing", {})[0] == 404
+        status, _, data = raw(server, "POST", "/v2/models/gpt2/generate", {"text_input": 3})
+        assert status == 400 and "text_input" in json.loads(data)["error"], data
+        with_openai = None
+        try:
+            client.completions.create(model="nope", prompt="x")
+        except openai.NotFoundError as e:
+            with_openai = e
+        assert with_openai is not None
+
+    @case("a client gone mid-stream cancels its sequence and frees its blocks")
+    def _():
+        def figures():
+            text = raw(server, "GET", "/metrics")[2].decode()
+            return [metric(text, name, {"model": "long"}) for name in (
+                "cotensor_lm_request_aborted_total", "cotensor_lm_num_requests_running",
+                "cotensor_lm_kv_cache_usage_perc", "cotensor_lm_generation_tokens_total")]
+        aborted = figures()[0]
+        s = start_stream(server, "long", LONG - 8)
+        s.recv(4096)  # a first event
+        s.close()
+        deadline = time.time() + 30
+        while True:
+            done, running, usage, tokens = figures()
+            if done == aborted + 1 and running == 0 and usage == 0:
+                break
+            assert time.time() < deadline, (done, running, usage)
+            time.sleep(0.05)
+        assert tokens < LONG - 8, tokens  # it stopped early
+        assert raw(server, "GET", "/v1/models")[0] == 200
+
+    @case("past the running and waiting limits: 503 with Retry-After, the others served")
+    def _():
+        running = start_stream(server, "long", LONG - 8)  # holds the one running place
+        results = []
+        lock = threading.Lock()
+
+        def one():
+            r = raw(server, "POST", "/v1/completions",
+                    {"model": "long", "prompt": "a b c", "max_tokens": 5, "temperature": 0,
+                     "ignore_eos": True})
+            with lock:
+                results.append(r)
+        threads = [threading.Thread(target=one) for _ in range(6)]
+        for t in threads:
+            t.start()
+            time.sleep(0.05)
+        running.close()  # the waiting one gets in
+        for t in threads:
+            t.join()
+        statuses = sorted(r[0] for r in results)
+        assert statuses.count(200) >= 1 and statuses.count(503) >= 4, statuses
+        assert set(statuses) <= {200, 503}, statuses
+        for status, headers, data in results:
+            if status == 503:
+                assert headers.get("Retry-After") == "1"
+                assert json.loads(data)["error"]["code"] == 503
+            else:
+                assert json.loads(data)["usage"]["completion_tokens"] == 5
+
+    @case("/metrics: latency histograms, token counters, the generators' figures")
+    def _():
+        text = raw(server, "GET", "/metrics")[2].decode()
+        for name in ("cotensor_lm_time_to_first_token_seconds_count",
+                     "cotensor_lm_inter_token_latency_seconds_count",
+                     "cotensor_lm_e2e_request_latency_seconds_count",
+                     "cotensor_lm_prompt_tokens_total", "cotensor_lm_generation_tokens_total",
+                     "cotensor_lm_steps_total"):
+            assert metric(text, name, {"model": "gpt2"}) > 0, name
+        assert metric(text, "cotensor_lm_num_requests_waiting", {"model": "gpt2"}) == 0
+        metric(text, "cotensor_lm_prefix_cache_hits_total", {"model": "gpt2"})
+
+
+def drain(server):
+    """SIGTERM with a stream in flight: the stream ends whole, then the server exits 0."""
+    name = "SIGTERM drains: the stream in flight ends with [DONE], then exit 0"
+    try:
+        c = http.client.HTTPConnection(server.host, server.port, timeout=60)
+        c.request("POST", "/v1/completions",
+                  json.dumps({"model": "long", "prompt": "a", "max_tokens": LONG - 8,
+                              "stream": True, "ignore_eos": True,
+                              "stream_options": {"include_usage": True}}),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 200
+        first = r.read1(16)
+        server.proc.send_signal(15)
+        body = first + r.read()
+        got = events(body)
+        assert got[-1] == "[DONE]", (len(got), body[-200:], server.stderr_lines())
+        assert json.loads(got[-2])["usage"]["completion_tokens"] == LONG - 8, got[-2]
+        server.proc.wait(timeout=60)
+        print(f"ok   {name}", flush=True)
+    except Exception as e:  # noqa: BLE001
+        FAILURES.append(name)
+        print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
