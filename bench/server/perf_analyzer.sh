@@ -33,45 +33,21 @@ done
 server=${COTENSOR_SERVER:-$build/examples/cotensor_server}
 python=${COTENSOR_PYTHON:-.venv/bin/python3}
 window=${COTENSOR_BENCH_WINDOW_US:-2000}
-cache=${COTENSOR_CACHE:-$HOME/.cache/cotensor}
-version=2.60.0
-wheel=perf_analyzer-$version-py3-none-manylinux_2_38_x86_64.whl
-root_dir=$cache/perf-analyzer-$version-trixie
+# shellcheck source=perf_analyzer_env.sh
+source "$here/perf_analyzer_env.sh"
 
-if [[ $(id -u) != 0 ]]; then
-  echo "perf_analyzer.sh: skipped, needs root for debootstrap and chroot" >&2
-  exit 77
-fi
 [[ -x $server ]] || { echo "$server not found: build the cotensor_server target" >&2; exit 2; }
 [[ -x $python ]] || { echo "$python not found: bash bench/peers/setup.sh" >&2; exit 2; }
-
-# The chroot, once: Debian 13 with Python, a venv holding perf_analyzer. Made beside its final
-# place and renamed when complete, so that an interrupted run leaves nothing half-made.
-if [[ ! -x $root_dir/venv/bin/perf_analyzer ]]; then
-  command -v debootstrap >/dev/null ||
-    { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
-  mkdir -p "$cache"
-  partial=$root_dir.partial
-  rm -rf "$partial"
-  echo "# making $root_dir (debootstrap trixie, about a minute)" >&2
-  debootstrap --variant=minbase --include=python3,python3-venv trixie "$partial" \
-    http://deb.debian.org/debian >"$cache/perf-analyzer-debootstrap.log" 2>&1 ||
-    { tail -20 "$cache/perf-analyzer-debootstrap.log" >&2; exit 1; }
-  mkdir -p "$partial/wheels"
-  "$python" -m pip download --quiet --no-deps --only-binary=:all: \
-    --platform manylinux_2_38_x86_64 --python-version 3.13 -d "$partial/wheels" \
-    "perf-analyzer==$version"
-  chroot "$partial" python3 -m venv /venv
-  chroot "$partial" /venv/bin/pip install --quiet --no-index --no-deps "/wheels/$wheel"
-  mv "$partial" "$root_dir"
-fi
+status=0
+perf_analyzer_setup "$python" || status=$?
+((status == 0)) || exit "$status"
 
 repo=$(mktemp -d)
 log=$(mktemp)
 pid=
 cleanup() {
   [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null
-  rm -rf "$repo" "$log" "$log.pa" "$root_dir/tmp/perf_analyzer.csv"
+  rm -rf "$repo" "$log"
 }
 trap cleanup EXIT
 
@@ -89,29 +65,10 @@ port=$(grep -o '127.0.0.1:[0-9]*' "$log" | head -1 | cut -d: -f2)
 interval=$((quick ? 1000 : 5000))
 stability=$((quick ? 1000 : 100))
 echo "# $(nproc) cores; load average: $(cut -d' ' -f1-3 /proc/loadavg);" \
-     "perf_analyzer $version (Debian 13 chroot), model bench 512x4096x16 FP32, window ${window} us"
+     "perf_analyzer $PERF_ANALYZER_VERSION (Debian 13 chroot), model bench 512x4096x16 FP32, window ${window} us"
 for c in "${concurrencies[@]}"; do
-  rm -f "$root_dir/tmp/perf_analyzer.csv"
-  if ! chroot "$root_dir" /venv/bin/perf_analyzer -m bench -u "127.0.0.1:$port" -i http \
-       --concurrency-range "$c" --measurement-interval "$interval" --stability-percentage "$stability" \
-       --max-trials 6 --percentile 99 -f /tmp/perf_analyzer.csv --verbose-csv >"$log.pa" 2>&1 ||
-     [[ ! -s $root_dir/tmp/perf_analyzer.csv ]]; then
-    # It exits 0 after some errors (a model the server does not have): no CSV says so too.
-    cat "$log.pa" >&2
-    rm -f "$log.pa"
-    exit 1
-  fi
-  rm -f "$log.pa"
-  # The CSV's header names its columns; take the figures by name. No row, or no inference,
-  # fails.
-  awk -F, -v c="$c" '
-    NR == 1 { for (i = 1; i <= NF; ++i) col[$i] = i; next }
-    NR == 2 {
-      printf "concurrency=%s cotensor.perf_analyzer: infer_per_s=%s p50_us=%s p99_us=%s server_queue_us=%s\n",
-        c, $col["Inferences/Second"], $col["p50 latency"], $col["p99 latency"], $col["Server Queue"]
-      ok = $col["Inferences/Second"] > 0
-    }
-    END { exit ok ? 0 : 1 }' "$root_dir/tmp/perf_analyzer.csv"
+  line=$(perf_analyzer_run "$port" bench "$c" "$interval" "$stability")
+  echo "concurrency=$c cotensor.perf_analyzer: $line"
 done
 kill -TERM "$pid"
 wait "$pid" || true
