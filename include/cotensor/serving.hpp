@@ -131,6 +131,10 @@ load_model(const std::filesystem::path& folder, std::int64_t version, cotensor::
 /// (`DIR/<name>/cotensor.json` sets them, see docs/server.md).
 struct language_model_options {
   lm::generator_options generator{};  ///< running and waiting sequences, cache bytes, budget
+  /// `max_tokens` of a request that gives none; 0: OpenAI's defaults (16 for completions and the
+  /// generate extension, the rest of the context for chat). A sequence holds cache blocks for
+  /// its prompt and `max_tokens` from its admission on, so a smaller default admits more at once.
+  std::size_t default_max_tokens = 0;
 };
 
 /// A language model of a repository, served by the OpenAI-compatible routes (`/v1/...`) and the

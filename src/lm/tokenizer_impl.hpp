@@ -49,6 +49,8 @@ struct tokenizer::impl {
            static_cast<std::uint32_t>(b);
   }
 
+  // BPE merges of one piece's symbols, in place (src/lm/tokenizer.cpp).
+  void merge_all(std::vector<std::int32_t>& symbols) const;
   void read_model(const std::filesystem::path& file, const json::value& model);
   void read_pre_tokenizer(const std::filesystem::path& file, const json::value& pre);
   void read_post_processor(const std::filesystem::path& file, const json::value& post);

@@ -34,14 +34,17 @@ namespace beast = boost::beast;
 using namespace asio::experimental::awaitable_operators;
 using clock_type = std::chrono::steady_clock;
 
-// Cancels `c`'s socket operations after `timeout` unless cancelled first; sets `*fired` then.
+// Cancels `c`'s socket operations after `timeout` unless destroyed first; `fired()` then.
 class deadline {
 public:
   deadline(connection& c, std::chrono::milliseconds timeout)
-      : timer_(c.socket.get_executor(), timeout), fired_(std::make_shared<bool>(false)) {
-    timer_.async_wait([&c, fired = fired_](boost::system::error_code ec) {
-      if (!ec) {
-        *fired = true;
+      : timer_(c.socket.get_executor(), timeout), state_(std::make_shared<state>()) {
+    timer_.async_wait([&c, st = state_](boost::system::error_code ec) {
+      // `armed` false: the operation it bounded ended first, and the timer expired meanwhile
+      // (its wait already queued, which cancel() cannot take back): cancelling now would
+      // cancel the connection's next operation instead.
+      if (!ec && st->armed) {
+        st->fired = true;
         boost::system::error_code ignored;
         c.socket.cancel(ignored);
       }
@@ -49,12 +52,19 @@ public:
   }
   deadline(const deadline&) = delete;
   deadline& operator=(const deadline&) = delete;
-  ~deadline() { timer_.cancel(); }
-  bool fired() const { return *fired_; }
+  ~deadline() {
+    state_->armed = false;
+    timer_.cancel();
+  }
+  bool fired() const { return state_->fired; }
 
 private:
+  struct state {
+    bool armed = true;
+    bool fired = false;
+  };
   asio::steady_timer timer_;
-  std::shared_ptr<bool> fired_;  // shared with the wait, which may run after this is gone
+  std::shared_ptr<state> state_;  // shared with the wait, which may run after this is gone
 };
 
 }  // namespace
@@ -285,12 +295,19 @@ listener_state::answer(connection& c, const request& req, socket_stream& stream,
     co_return error_response(http::status::not_found, "no such route", req.version());
   }
   ++metrics_.in_flight;
-  auto r = co_await (v2_.handle(req, stream) || watch_disconnect(c));
+  // `||` flattens the variant, as above: the answer, the failure, or the client gone.
+  auto r = co_await (call_handler(req, stream) || watch_disconnect(c));
   --metrics_.in_flight;
-  if (r.index() == 1) {
+  if (std::holds_alternative<std::monostate>(r)) {
     co_return std::nullopt;
   }
-  auto& res = std::get<0>(r);
+  if (auto* failure = std::get_if<std::string>(&r)) {
+    if (stream.began()) {
+      co_return std::nullopt;  // a stream cut short: the connection closes
+    }
+    co_return error_response(http::status::internal_server_error, *failure, req.version());
+  }
+  auto& res = std::get<std::optional<response>>(r);
   streamed = !res && stream.began();  // else empty: the client went away before an answer
   co_return std::move(res);
 }
@@ -302,6 +319,18 @@ asio::awaitable<std::variant<std::optional<handler::response>, std::string>>
 listener_state::call_routes(const request& req) {
   try {
     co_return co_await routes_(req);
+  } catch (const std::exception& e) {
+    co_return std::string(e.what());
+  } catch (...) {
+    co_return std::string("unknown error");
+  }
+}
+
+// The handler's answer, or the message of what it threw (a value, as `call_routes`'s).
+asio::awaitable<std::variant<std::optional<handler::response>, std::string>>
+listener_state::call_handler(const request& req, socket_stream& stream) {
+  try {
+    co_return co_await v2_.handle(req, stream);
   } catch (const std::exception& e) {
     co_return std::string(e.what());
   } catch (...) {

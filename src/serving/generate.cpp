@@ -99,8 +99,15 @@ handler_state::lm_route(const handler::request& req,
         fields[k] = v;
       }
     }
+    if (l.options.default_max_tokens > 0) {
+      r.params.max_tokens = static_cast<int>(l.options.default_max_tokens);
+    }
     read_sampling(fields, r, false);
-    r.prompt = l.model.tokenizer().encode(text->get_string());
+    const std::string_view prompt = text->get_string();
+    if (prompt.size() > static_cast<std::size_t>(l.model.context_length()) * 1024) {
+      throw lm_request_error(400, "'text_input' is past this model's context", "text_input");
+    }
+    r.prompt = co_await off_loop([&] { return l.model.tokenizer().encode(prompt); });
     fit_context(s, r);
   } catch (const lm_request_error& e) {
     co_return error(req, static_cast<http::status>(e.status), e.what());
@@ -121,6 +128,9 @@ handler_state::lm_route(const handler::request& req,
       if (!co_await out.begin(std::move(head))) {
         co_return false;
       }
+    }
+    if (text.empty()) {
+      co_return true;  // submitted: the head only
     }
     auto m = message(text);
     m["done"] = false;

@@ -155,13 +155,21 @@ class buffered_stream final : public handler::response_stream {
 public:
   asio::awaitable<bool> begin(handler::response head) override {
     head_ = std::move(head);
+    began_ = true;
     co_return true;
   }
   asio::awaitable<bool> write(std::string_view piece) override {
     body_.append(piece);
     co_return true;
   }
-  handler::response take() && {
+  // The whole answer; a 500 when nothing began (the request was cancelled first).
+  handler::response take(unsigned version) && {
+    if (!began_) {
+      handler::response res{http::status::internal_server_error, version};
+      res.set(http::field::content_type, "application/json");
+      res.body() = R"({"error":"the request was cancelled before an answer began"})";
+      return res;
+    }
     head_.chunked(false);
     head_.body() = std::move(body_);
     return std::move(head_);
@@ -170,6 +178,7 @@ public:
 private:
   handler::response head_;
   std::string body_;
+  bool began_ = false;
 };
 
 }  // namespace
@@ -195,7 +204,7 @@ asio::awaitable<handler::response> handler::handle(const request& req) {
   if (auto res = co_await state->handle(req, whole)) {
     co_return std::move(*res);
   }
-  co_return std::move(whole).take();
+  co_return std::move(whole).take(req.version());
 }
 
 asio::awaitable<std::optional<handler::response>> handler::handle(const request& req,

@@ -9,6 +9,9 @@
 #include "serving/lm_state.hpp"
 #include "serving/protocol.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/status.hpp>
 #include <boost/json.hpp>
 
@@ -185,6 +188,17 @@ private:
                                                     served_lm& s,
                                                     std::string_view action,
                                                     handler::response_stream& out);
+  // Runs `f` on the handler's worker threads, off the event loop (tokenizing a long prompt, or
+  // rendering a chat, takes milliseconds); resumes on the caller's executor with its result,
+  // or rethrows what it threw. The caller waits for `f` to end, even when cancelled.
+  template <class F>
+  asio::awaitable<std::invoke_result_t<F&>> off_loop(F f) {
+    co_return co_await asio::co_spawn(
+        workers_.get_executor(),
+        [&f]() -> asio::awaitable<std::invoke_result_t<F&>> { co_return f(); },
+        asio::use_awaitable);
+  }
+
   // A response in OpenAI's error shape.
   response openai_error(const handler::request& req,
                         int status,
@@ -198,6 +212,8 @@ private:
   // Built at construction, read-only after: no lock.
   std::map<std::pair<std::string, std::int64_t>, std::unique_ptr<served_model>> served_;
   std::map<std::string, std::unique_ptr<served_lm>, std::less<>> lms_;
+  // The language models' tokenization (off_loop); destroyed first, joining its threads.
+  asio::thread_pool workers_{2};
 };
 
 }  // namespace detail

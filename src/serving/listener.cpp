@@ -51,6 +51,10 @@ asio::awaitable<std::error_code> listener_state::serve() {
       co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
       continue;
     }
+    // Streamed tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds each
+    // behind the client's delayed acknowledgement of the previous one (40 ms on Linux).
+    boost::system::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
     auto c = std::make_shared<connection>(std::move(socket));
     connections_.insert(c);
     ++metrics_.connections;

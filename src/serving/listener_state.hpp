@@ -66,6 +66,8 @@ private:
   answer(connection& c, const request& req, socket_stream& stream, bool& streamed);
   asio::awaitable<std::variant<std::optional<response>, std::string>>
   call_routes(const request& req);
+  asio::awaitable<std::variant<std::optional<response>, std::string>>
+  call_handler(const request& req, socket_stream& stream);
   asio::awaitable<bool> write(connection& c, response& res);
   asio::awaitable<void> linger_close(connection& c);
   static asio::awaitable<void> watch_disconnect(connection& c);

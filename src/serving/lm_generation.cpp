@@ -78,14 +78,16 @@ std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::str
 
 void read_sampling(const json::object& o, generation_request& r, bool chat) {
   auto& p = r.params;
-  const json::value* max_tokens = field(o, "max_tokens");
+  std::string_view max_name = "max_tokens";
+  const json::value* max_tokens = field(o, max_name);
   if (chat && max_tokens == nullptr) {
-    max_tokens = field(o, "max_completion_tokens");
+    max_name = "max_completion_tokens";
+    max_tokens = field(o, max_name);
   }
   if (max_tokens != nullptr) {
-    const std::int64_t n = integer(*max_tokens, "max_tokens");
+    const std::int64_t n = integer(*max_tokens, max_name);
     if (n < 1) {
-      refuse("max_tokens", "must be at least 1, not " + std::to_string(n));
+      refuse(max_name, "must be at least 1, not " + std::to_string(n));
     }
     p.max_tokens = static_cast<int>(std::min<std::int64_t>(n, std::numeric_limits<int>::max()));
     r.max_tokens_given = true;
@@ -130,6 +132,13 @@ void read_sampling(const json::object& o, generation_request& r, bool chat) {
     if (std::ranges::any_of(p.stop, [](const std::string& s) { return s.empty(); })) {
       refuse("stop", "must not hold an empty string");
     }
+    // Every token is checked against every stop string, on the generator's thread too: bounded.
+    if (p.stop.size() > max_stops || std::ranges::any_of(p.stop, [](const std::string& s) {
+          return s.size() > max_stop_bytes;
+        })) {
+      refuse("stop", "may hold at most " + std::to_string(max_stops) + " strings of at most " +
+                         std::to_string(max_stop_bytes) + " bytes");
+    }
   }
   if (const auto* v = field(o, "ignore_eos")) {
     p.ignore_eos = boolean(*v, "ignore_eos");
@@ -149,6 +158,9 @@ void read_sampling(const json::object& o, generation_request& r, bool chat) {
 void fit_context(const served_lm& s, generation_request& r) {
   const auto context = static_cast<std::size_t>(s.lm->model.context_length());
   const std::size_t prompt = r.prompt.size();
+  // A sequence holds cache blocks for its prompt and `max_tokens` from its admission on.
+  const auto& g = s.lm->options.generator;
+  const std::size_t cache = s.gen.stats().kv_blocks_total * static_cast<std::size_t>(g.block_size);
   if (prompt == 0) {
     throw lm_request_error(400, "the prompt is empty", "prompt");
   }
@@ -159,18 +171,36 @@ void fit_context(const served_lm& s, generation_request& r) {
                                " tokens, leaving none to generate",
                            "prompt");
   }
+  if (!r.max_tokens_given) {
+    // The default: the route's, cut to what the context and the cache hold.
+    const std::size_t room = std::min(context, cache);
+    if (prompt >= room) {
+      throw lm_request_error(400,
+                             "the KV cache holds " + std::to_string(cache) +
+                                 " tokens of one sequence; the prompt has " +
+                                 std::to_string(prompt),
+                             "prompt");
+    }
+    r.params.max_tokens =
+        static_cast<int>(std::min(static_cast<std::size_t>(r.params.max_tokens), room - prompt));
+    return;
+  }
   const auto wanted = static_cast<std::size_t>(r.params.max_tokens);
   if (prompt + wanted > context) {
-    if (!r.max_tokens_given) {
-      r.params.max_tokens = static_cast<int>(context - prompt);
-      return;
-    }
     throw lm_request_error(400,
                            "this model's maximum context length is " + std::to_string(context) +
                                " tokens; you requested " + std::to_string(prompt + wanted) +
                                " tokens (" + std::to_string(prompt) + " in the prompt, " +
                                std::to_string(wanted) + " for the completion)",
                            "max_tokens");
+  }
+  if (prompt + wanted > cache) {
+    throw lm_request_error(
+        400,
+        "the KV cache holds " + std::to_string(cache) + " tokens of one sequence; you requested " +
+            std::to_string(prompt + wanted) + " (" + std::to_string(prompt) + " in the prompt, " +
+            std::to_string(wanted) + " for the completion): ask for fewer, or raise kv_cache_bytes",
+        "max_tokens");
   }
 }
 
@@ -222,6 +252,12 @@ generate(served_lm& s,
     }
   } const counted{s.counters, start, out.reason};
   lm::text_stream pieces(s.lm->model.tokenizer());
+  const std::size_t vocabulary = s.lm->model.tokenizer().vocab_size();
+  // Admitted or queued: the client hears so now (a stream's head; nothing for a whole answer).
+  if (!co_await on_text({})) {
+    out.reason = lm::finish_reason::cancelled;
+    co_return out;
+  }
   std::string text;      // every token's text so far
   std::size_t sent = 0;  // of `text`, given to on_text
   bool stopped = false;  // a stop string found: nothing more is sent
@@ -278,7 +314,11 @@ generate(served_lm& s,
     last = now;
     ++out.completion_tokens;
     ++s.counters.generation_tokens;
-    text += pieces.push(*id);
+    // A padded vocabulary (Qwen2's 151,936 ids for 151,665 tokens) can sample an id the
+    // tokenizer lacks: it has no text.
+    if (static_cast<std::size_t>(*id) < vocabulary) {
+      text += pieces.push(*id);
+    }
     if (!co_await send(false)) {
       seq.cancel();
       out.reason = lm::finish_reason::cancelled;

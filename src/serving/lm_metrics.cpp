@@ -38,6 +38,22 @@ void seconds_histogram::write(std::string& out,
   out += os.str();
 }
 
+namespace {
+
+// `v` as a Prometheus label value: backslash, quote and newline escaped.
+std::string label(std::string_view v) {
+  std::string out;
+  for (const char c : v) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+    }
+    out += c == '\n' ? std::string_view("\\n") : std::string_view(&c, 1);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string lm_metrics(const std::vector<const served_lm*>& models) {
   if (models.empty()) {
     return {};
@@ -50,7 +66,7 @@ std::string lm_metrics(const std::vector<const served_lm*>& models) {
   const auto line = [&](std::string_view name, const served_lm& s, auto value,
                         std::string_view extra = {}) {
     std::ostringstream os;
-    os << name << "{model=\"" << s.lm->name << "\"" << extra << "} " << value << "\n";
+    os << name << "{model=\"" << label(s.lm->name) << "\"" << extra << "} " << value << "\n";
     out += os.str();
   };
   struct histogram_family {
@@ -69,7 +85,7 @@ std::string lm_metrics(const std::vector<const served_lm*>& models) {
   for (const auto& h : histograms) {
     header(h.name, "histogram", h.help);
     for (const auto* s : models) {
-      (s->counters.*h.member).write(out, h.name, s->lm->name);
+      (s->counters.*h.member).write(out, h.name, label(s->lm->name));
     }
   }
   header("cotensor_lm_prompt_tokens_total", "counter", "Prompt tokens of the requests admitted.");

@@ -90,6 +90,8 @@ void read_options(const json::object& o,
       g.prefill_chunk = static_cast<std::int64_t>(count(v, key));
     } else if (key == "max_unread") {
       g.max_unread = count(v, key);
+    } else if (key == "default_max_tokens") {
+      options.default_max_tokens = count(v, key);
     } else if (key == "prefix_caching") {
       if (!v.is_bool()) {
         throw model_error(file + ": prefix_caching: must be true or false");
@@ -98,7 +100,8 @@ void read_options(const json::object& o,
     } else {
       throw model_error(file + ": unknown key '" + std::string(key) +
                         "' (known: dtype, device, max_running, max_waiting, kv_cache_bytes, "
-                        "block_size, token_budget, prefill_chunk, max_unread, prefix_caching)");
+                        "block_size, token_budget, prefill_chunk, max_unread, prefix_caching, "
+                        "default_max_tokens)");
     }
   }
 }

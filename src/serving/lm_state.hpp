@@ -80,14 +80,19 @@ struct generation_request {
   bool max_tokens_given = false;  // else `params.max_tokens` is the route's default
 };
 
+// The most stop strings of a request, and their longest.
+inline constexpr std::size_t max_stops = 16;
+inline constexpr std::size_t max_stop_bytes = 1024;
+
 // Reads the sampling fields of `o` into `r.params`: `max_tokens` (and, when `chat`,
 // `max_completion_tokens`), `temperature`, `top_p`, `top_k` (-1 or 0: off), `seed`, `stop` (a
 // string or a list of strings), `ignore_eos`, `n` (only 1), `logprobs` (false or null only).
 // Throws lm_request_error (400) naming the field for a wrong type or a value out of range.
 void read_sampling(const json::object& o, generation_request& r, bool chat);
 
-// Fits the request to the model's context: a prompt that fills it, or `max_tokens` past it, is
-// refused (400, saying the lengths); without `max_tokens`, the default is cut to what fits.
+// Fits the request to the model's context and to what the KV cache holds of one sequence: a
+// prompt that fills either, or `max_tokens` past either, is refused (400, saying the lengths);
+// without `max_tokens`, the default is cut to what fits.
 void fit_context(const served_lm& s, generation_request& r);
 
 // How a generation ended.
@@ -98,9 +103,10 @@ struct generation_result {
   std::exception_ptr error;  // of a failed step
 };
 
-// Runs `r` on `s`'s generator to its end: `on_text` gets each piece of new text (never part of a
-// UTF-8 character; the text of a stop string and what could still become one held back) and
-// returns false when its client is gone, which cancels the sequence. Throws lm_request_error:
+// Runs `r` on `s`'s generator to its end: `on_text` gets an empty piece once the sequence is
+// submitted, then each piece of new text (never part of a UTF-8 character; the text of a stop
+// string and what could still become one held back), and returns false when its client is
+// gone, which cancels the sequence. Throws lm_request_error:
 // 503 when the generator's waiting queue is full, 400 when the generator refuses the request.
 // Counts the request's tokens and latencies from `start`.
 asio::awaitable<generation_result>

@@ -35,8 +35,26 @@ std::string completion_id(std::string_view prefix) {
   return std::string(prefix) + digits;
 }
 
+// Refuses a prompt of `bytes` that must hold more tokens than the context before tokenizing
+// it (no tokenizer's token is longer than a kibibyte).
+void check_prompt_bytes(std::size_t bytes, const lm::model& m, std::string_view param) {
+  const auto most = static_cast<std::size_t>(m.context_length()) * 1024;
+  if (bytes > most) {
+    throw lm_request_error(400,
+                           "the prompt's " + std::to_string(bytes) +
+                               " bytes are past this model's context of " +
+                               std::to_string(m.context_length()) + " tokens",
+                           std::string(param));
+  }
+}
+
 // The prompt of a completion request: a string, a list of ids, or a list of one of them.
-std::vector<std::int32_t> completion_prompt(const json::value* p, const lm::tokenizer& t) {
+std::vector<std::int32_t> completion_prompt(const json::value* p, const lm::model& m) {
+  const lm::tokenizer& t = m.tokenizer();
+  const auto encode = [&](const json::string& text) {
+    check_prompt_bytes(text.size(), m, "prompt");
+    return t.encode(text);
+  };
   const auto ids = [&](const json::array& a) {
     std::vector<std::int32_t> out;
     for (const auto& v : a) {
@@ -52,7 +70,7 @@ std::vector<std::int32_t> completion_prompt(const json::value* p, const lm::toke
     throw lm_request_error(400, "'prompt' is required", "prompt");
   }
   if (p->is_string()) {
-    return t.encode(p->get_string());
+    return encode(p->get_string());
   }
   if (p->is_array() && !p->get_array().empty()) {
     const auto& a = p->get_array();
@@ -60,7 +78,7 @@ std::vector<std::int32_t> completion_prompt(const json::value* p, const lm::toke
       return ids(a);
     }
     if (a.size() == 1 && a.front().is_string()) {
-      return t.encode(a.front().get_string());
+      return encode(a.front().get_string());
     }
     if (a.size() == 1 && a.front().is_array()) {
       return ids(a.front().get_array());
@@ -83,6 +101,7 @@ std::vector<std::int32_t> chat_prompt(const json::value* m, const lm::model& mod
     throw lm_request_error(400, "'messages' must be a non-empty list", "messages");
   }
   std::vector<lm::chat_message> messages;
+  std::size_t bytes = 0;
   for (const auto& v : m->get_array()) {
     const json::object* o = v.if_object();
     const json::value* role = o != nullptr ? o->if_contains("role") : nullptr;
@@ -109,8 +128,10 @@ std::vector<std::int32_t> chat_prompt(const json::value* m, const lm::model& mod
       throw lm_request_error(400, "a message's 'content' must be a string or a list of parts",
                              "messages");
     }
+    bytes += msg.content.size();
     messages.push_back(std::move(msg));
   }
+  check_prompt_bytes(bytes, model, "messages");
   std::string text;
   try {
     text = model.render_chat(messages, true);
@@ -275,10 +296,12 @@ handler_state::openai_generate(const handler::request& req,
   bool stream = false;
   bool include_usage = false;
   try {
-    r.params.max_tokens = 16;  // OpenAI's default for completions; chat's is what fits
-    if (chat) {
-      r.params.max_tokens = static_cast<int>(s.lm->model.context_length());
-    }
+    // The default: the model's (cotensor.json), else OpenAI's 16 for completions and what fits
+    // for chat.
+    const std::size_t fallback =
+        chat ? static_cast<std::size_t>(s.lm->model.context_length()) : std::size_t{16};
+    const std::size_t configured = s.lm->options.default_max_tokens;
+    r.params.max_tokens = static_cast<int>(configured > 0 ? configured : fallback);
     read_sampling(o, r, chat);
     if (const json::value* v = o.if_contains("stream"); v != nullptr && !v->is_null()) {
       if (!v->is_bool()) {
@@ -294,11 +317,16 @@ handler_state::openai_generate(const handler::request& req,
                                "stream_options");
       }
       include_usage = u != nullptr && u->get_bool();
+      if (!stream) {
+        throw lm_request_error(400, "'stream_options' is only allowed with \"stream\": true",
+                               "stream_options");
+      }
     }
     refuse_unsupported(o);
-    r.prompt = chat ? chat_prompt(o.if_contains("messages"), s.lm->model)
-                    : completion_prompt(o.if_contains(chat ? "messages" : "prompt"),
-                                        s.lm->model.tokenizer());
+    r.prompt = co_await off_loop([&] {
+      return chat ? chat_prompt(o.if_contains("messages"), s.lm->model)
+                  : completion_prompt(o.if_contains("prompt"), s.lm->model);
+    });
     fit_context(s, r);
   } catch (const lm_request_error& e) {
     co_return openai_error(req, e.status, e.what(), e.param);
@@ -354,6 +382,9 @@ handler_state::openai_generate(const handler::request& req,
     }
     if (!co_await begin()) {
       co_return false;
+    }
+    if (text.empty()) {
+      co_return true;  // submitted: the head (and a chat's role) only
     }
     co_return co_await out.write(chunk(text, nullptr));
   };

@@ -238,6 +238,12 @@ def run_cases(server):
 
     @case("chat completions render the model's template (ChatML, Llama 3), streamed and not")
     def _():
+        # No max_tokens: what the context leaves (vLLM's default), ending with "length".
+        r = client.chat.completions.create(model="qwen", temperature=0,
+                                           messages=[{"role": "user", "content": "hi"}],
+                                           extra_body={"ignore_eos": True})
+        assert r.usage.prompt_tokens + r.usage.completion_tokens == 64, r.usage
+        assert r.choices[0].finish_reason == "length"
         for model in ("qwen", "llama"):
             msgs = [{"role": "user", "content": "hi"}]
             r = client.chat.completions.create(model=model, messages=msgs, max_tokens=2,
@@ -297,6 +303,11 @@ def run_cases(server):
             ({"model": "gpt2", "prompt": "word " * 80}, 400, "prompt"),
             ({"model": "gpt2", "prompt": "x", "max_tokens": 100}, 400, "max_tokens"),
             ({"model": "gpt2", "prompt": "x", "echo": True}, 400, "echo"),
+            ({"model": "gpt2", "prompt": "x", "stream_options": {"include_usage": True}}, 400,
+             "stream_options"),
+            ({"model": "gpt2", "prompt": "x", "stop": ["s"] * 17}, 400, "stop"),
+            ({"model": "gpt2", "prompt": "x", "stop": "s" * 1025}, 400, "stop"),
+            ({"model": "gpt2", "prompt": "x" * (64 * 1024 + 1)}, 400, "prompt"),
             ({"model": "gpt2", "prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty"),
             ({"model": "gpt2", "prompt": "x", "best_of": 3}, 400, "best_of"),
             ({"model": "gpt2", "prompt": "x", "logit_bias": {"5": 1}}, 400, "logit_bias"),
@@ -352,9 +363,10 @@ def run_cases(server):
         assert tokens < LONG - 8, tokens  # it stopped early
         assert raw(server, "GET", "/v1/models")[0] == 200
 
-    @case("past the running and waiting limits: 503 with Retry-After, the others served")
+    @case("past the running and waiting limits: 503 with Retry-After; a waiting stream has its head")
     def _():
         running = start_stream(server, "long", LONG - 8)  # holds the one running place
+        waiting = start_stream(server, "long", 8)  # its 200 came while it waits for room
         results = []
         lock = threading.Lock()
 
@@ -364,22 +376,25 @@ def run_cases(server):
                      "ignore_eos": True})
             with lock:
                 results.append(r)
-        threads = [threading.Thread(target=one) for _ in range(6)]
+        threads = [threading.Thread(target=one) for _ in range(4)]
         for t in threads:
             t.start()
-            time.sleep(0.05)
-        running.close()  # the waiting one gets in
         for t in threads:
             t.join()
-        statuses = sorted(r[0] for r in results)
-        assert statuses.count(200) >= 1 and statuses.count(503) >= 4, statuses
-        assert set(statuses) <= {200, 503}, statuses
+        assert [r[0] for r in results] == [503] * 4, [r[0] for r in results]
         for status, headers, data in results:
-            if status == 503:
-                assert headers.get("Retry-After") == "1"
-                assert json.loads(data)["error"]["code"] == 503
-            else:
-                assert json.loads(data)["usage"]["completion_tokens"] == 5
+            assert headers.get("Retry-After") == "1"
+            assert json.loads(data)["error"]["code"] == 503
+        running.close()  # the waiting one gets in and runs to its end
+        body = b""
+        while not body.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"):  # the last chunk
+            more = waiting.recv(65536)
+            assert more, body[-300:]
+            body += more
+        waiting.close()
+        status, _, data = raw(server, "POST", "/v1/completions",
+                              {"model": "long", "prompt": "a", "max_tokens": 5})
+        assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 5, data
 
     @case("/metrics: latency histograms, token counters, the generators' figures")
     def _():
