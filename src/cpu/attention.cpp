@@ -4,6 +4,7 @@
 // not depend on the others in its step (kernel_table.hpp says what each computes).
 
 #include "cpu/kernels.hpp"
+#include "cpu/vector_clones.hpp"
 #include "kernels/element.hpp"
 
 #include <algorithm>
@@ -85,83 +86,181 @@ void rope_typed(const rope_args& a) {
                   });
 }
 
-// q · k over `n` elements in float: 16 running sums (lane l takes the elements ≡ l mod 16),
-// added pairwise at the end. A fixed order the compiler can vectorise (one sum in order cannot be,
-// without reassociating), the same whatever the rows around.
-template <class T>
-float dot(const T* q, const T* k, std::int64_t n) {
-  constexpr int lanes = 16;
-  float sums[lanes] = {};
+// Attention over the paged cache, query rows in tiles: up to `tile` consecutive rows of one
+// sequence (a prompt chunk's) and one head share each chunk of 16 keys, transposed once into
+// `kt` (kt[i * 16 + c] = key c's element i), so that a row's 16 scores are one running sum per
+// key, element by element, with no sum across lanes. Per row, keys in order in chunks of 16:
+// the chunk's scores, the running maximum raised to theirs (the sums so far rescaled once a
+// chunk), the chunk's weights (libmvec's exp, unary_span) and values added in order. A row's
+// operations are the same whatever rows share its tile or its batch (batch invariance), and
+// every vector width computes the same bits (no contraction into FMAs).
+constexpr std::int64_t key_chunk = 16;
+constexpr std::int64_t tile = 8;
+
+struct tile_state {
+  float top[tile];
+  float total[tile];
+};
+
+// out[i] *= f and out[i] += w * v[i] over n elements, in blocks of 16 the compiler vectorises
+// at -O2 (a loop of unknown count it leaves scalar), element by element alike in every block.
+inline void scale_by(float* __restrict out, float f, std::int64_t n) {
   std::int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    for (int l = 0; l < lanes; ++l) {
-      sums[l] += static_cast<float>(q[i + l]) * static_cast<float>(k[i + l]);
+  for (; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) {
+      out[i + l] *= f;
     }
   }
-  for (int l = 0; i + l < n; ++l) {
-    sums[l] += static_cast<float>(q[i + l]) * static_cast<float>(k[i + l]);
+  for (; i < n; ++i) {
+    out[i] *= f;
   }
-  for (int width = lanes / 2; width > 0; width /= 2) {
-    for (int l = 0; l < width; ++l) {
-      sums[l] += sums[l + width];
-    }
-  }
-  return sums[0];
 }
 
-// One query row's attention for one head: a running maximum and sum over the keys in order.
 template <class T>
-void attend_row(const paged_attention_args& a,
-                const T* q,
-                const std::int64_t* table,
-                std::int64_t keys,
-                std::int64_t kv_head,
-                float* acc,
-                T* out) {
+inline void add_scaled(float* __restrict out, float w, const T* __restrict v, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) {
+      out[i + l] += w * static_cast<float>(v[i + l]);
+    }
+  }
+  for (; i < n; ++i) {
+    out[i] += w * static_cast<float>(v[i]);
+  }
+}
+
+// Rows r0 .. r0 + rows - 1 (rows <= Rows) of one sequence, head `h`. `acc` and `qf` hold
+// Rows * head_dim floats, `kt` 16 * head_dim.
+template <class T, int Rows>
+COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_args& a,
+                                                         std::int64_t r0,
+                                                         std::int64_t rows,
+                                                         std::int64_t h,
+                                                         float* acc,
+                                                         float* qf,
+                                                         float* kt) {
   const std::int64_t hd = a.head_dim;
-  const std::int64_t row = a.kv_heads * hd;
+  const std::int64_t row_width = a.kv_heads * hd;
+  const std::int64_t width = a.heads * hd;
+  const std::int64_t kv_head = h / (a.heads / a.kv_heads);
   const auto* kc = static_cast<const T*>(a.k_cache);
   const auto* vc = static_cast<const T*>(a.v_cache);
   const auto scale = static_cast<float>(a.scale);
-  float top = -std::numeric_limits<float>::infinity();
-  float total = 0.0F;
-  std::fill(acc, acc + hd, 0.0F);
-  for (std::int64_t j = 0; j < keys; ++j) {
-    const std::int64_t slot = table[j / a.block_size] * a.block_size + j % a.block_size;
-    const T* k = kc + slot * row + kv_head * hd;
-    const T* v = vc + slot * row + kv_head * hd;
-    float score = dot(q, k, hd) * scale;
-    if (score > top) {
-      const float shrink = std::exp(top - score);  // 0 for the first key
-      total *= shrink;
-      for (std::int64_t i = 0; i < hd; ++i) {
-        acc[i] *= shrink;
-      }
-      top = score;
-    }
-    const float w = std::exp(score - top);
-    total += w;
+  const std::int64_t* table = a.block_tables + a.sequence[r0] * a.table_width;
+  // The tile's queries in float; rows past `rows` repeat the last (computed, never used).
+  std::int64_t keys[Rows];
+  std::int64_t most = 0;
+  for (int r = 0; r < Rows; ++r) {
+    const std::int64_t row = r0 + std::min<std::int64_t>(r, rows - 1);
+    const T* q = static_cast<const T*>(a.q) + row * width + h * hd;
     for (std::int64_t i = 0; i < hd; ++i) {
-      acc[i] += w * static_cast<float>(v[i]);
+      qf[r * hd + i] = static_cast<float>(q[i]);
+    }
+    keys[r] = r < rows ? a.context[row] : 0;
+    most = std::max(most, keys[r]);
+  }
+  tile_state st;
+  for (int r = 0; r < Rows; ++r) {
+    st.top[r] = -std::numeric_limits<float>::infinity();
+    st.total[r] = 0.0F;
+  }
+  std::fill(acc, acc + Rows * hd, 0.0F);
+  const T* values[key_chunk];
+  float scores[Rows][key_chunk];
+  float weights[key_chunk];
+  for (std::int64_t j0 = 0; j0 < most; j0 += key_chunk) {
+    const std::int64_t n = std::min(key_chunk, most - j0);
+    for (std::int64_t c = 0; c < key_chunk; ++c) {
+      if (c < n) {
+        const std::int64_t j = j0 + c;
+        const std::int64_t slot = table[j / a.block_size] * a.block_size + j % a.block_size;
+        const T* k = kc + slot * row_width + kv_head * hd;
+        values[c] = vc + slot * row_width + kv_head * hd;
+        for (std::int64_t i = 0; i < hd; ++i) {
+          kt[i * key_chunk + c] = static_cast<float>(k[i]);
+        }
+      } else {
+        for (std::int64_t i = 0; i < hd; ++i) {
+          kt[i * key_chunk + c] = 0.0F;
+        }
+      }
+    }
+    for (int r = 0; r < Rows; ++r) {
+      for (std::int64_t c = 0; c < key_chunk; ++c) {
+        scores[r][c] = 0.0F;
+      }
+    }
+    for (std::int64_t i = 0; i < hd; ++i) {
+      for (int r = 0; r < Rows; ++r) {
+        const float qi = qf[r * hd + i];
+        for (std::int64_t c = 0; c < key_chunk; ++c) {
+          scores[r][c] += qi * kt[i * key_chunk + c];
+        }
+      }
+    }
+    for (int r = 0; r < Rows; ++r) {
+      const std::int64_t m = std::min(key_chunk, keys[r] - j0);
+      if (m <= 0) {
+        continue;
+      }
+      float high = st.top[r];
+      for (std::int64_t c = 0; c < key_chunk; ++c) {
+        scores[r][c] *= scale;
+      }
+      for (std::int64_t c = 0; c < m; ++c) {
+        high = std::max(high, scores[r][c]);
+      }
+      float* __restrict out = acc + r * hd;
+      if (high > st.top[r]) {
+        const float shrink = std::exp(st.top[r] - high);  // 0 for the first chunk
+        st.total[r] *= shrink;
+        scale_by(out, shrink, hd);
+        st.top[r] = high;
+      }
+      for (std::int64_t c = 0; c < key_chunk; ++c) {
+        scores[r][c] -= st.top[r];
+      }
+      unary_span(unary_op::exp, scores[r], weights, key_chunk);
+      for (std::int64_t c = 0; c < m; ++c) {
+        st.total[r] += weights[c];
+        add_scaled(out, weights[c], values[c], hd);
+      }
     }
   }
-  for (std::int64_t i = 0; i < hd; ++i) {
-    out[i] = T(static_cast<compute_t<T>>(acc[i] / total));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* o = static_cast<T*>(a.out) + (r0 + r) * width + h * hd;
+    for (std::int64_t i = 0; i < hd; ++i) {
+      o[i] = T(static_cast<compute_t<T>>(acc[r * hd + i] / st.total[r]));
+    }
   }
 }
 
 template <class T>
 void paged_attention_typed(const paged_attention_args& a) {
-  const std::int64_t group = a.heads / a.kv_heads;
-  const std::int64_t width = a.heads * a.head_dim;
-  parallel_chunks(a.tokens * a.heads, 4, [&](std::int64_t lo, std::int64_t hi) {
-    std::vector<float> acc(static_cast<std::size_t>(a.head_dim));
-    for (std::int64_t n = lo; n < hi; ++n) {
-      const std::int64_t r = n / a.heads;
-      const std::int64_t h = n % a.heads;
-      const std::int64_t* table = a.block_tables + a.sequence[r] * a.table_width;
-      attend_row(a, static_cast<const T*>(a.q) + r * width + h * a.head_dim, table, a.context[r],
-                 h / group, acc.data(), static_cast<T*>(a.out) + r * width + h * a.head_dim);
+  // The tiles: runs of up to `tile` consecutive rows of one sequence.
+  std::vector<std::int64_t> starts;
+  for (std::int64_t r = 0; r < a.tokens;) {
+    starts.push_back(r);
+    std::int64_t e = r + 1;
+    while (e < a.tokens && e - r < tile && a.sequence[e] == a.sequence[r]) {
+      ++e;
+    }
+    r = e;
+  }
+  const auto tiles = static_cast<std::int64_t>(starts.size());
+  starts.push_back(a.tokens);
+  parallel_chunks(tiles * a.heads, 1, [&](std::int64_t lo, std::int64_t hi) {
+    std::vector<float> acc(static_cast<std::size_t>(tile * a.head_dim));
+    std::vector<float> qf(static_cast<std::size_t>(tile * a.head_dim));
+    std::vector<float> kt(static_cast<std::size_t>(key_chunk * a.head_dim));
+    for (std::int64_t w = lo; w < hi; ++w) {
+      const std::int64_t t = w / a.heads;
+      const std::int64_t rows = starts[t + 1] - starts[t];
+      if (rows == 1) {
+        attend_tile<T, 1>(a, starts[t], 1, w % a.heads, acc.data(), qf.data(), kt.data());
+      } else {
+        attend_tile<T, tile>(a, starts[t], rows, w % a.heads, acc.data(), qf.data(), kt.data());
+      }
     }
   });
 }
