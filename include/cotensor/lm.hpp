@@ -279,8 +279,10 @@ struct generator_options {
   /// Tokens per block of the cache (16, as vLLM).
   std::int64_t block_size = 16;
   /// The most tokens one step computes, over all sequences (decode tokens first, then prompt
-  /// chunks: keep it above `max_running`, or prompts wait while every sequence decodes).
-  std::int64_t token_budget = 512;
+  /// chunks: keep it above `max_running`, or prompts wait while every sequence decodes). A step
+  /// is every running sequence's wait for its next token: 256 measured better than 512 on every
+  /// figure at 16 streams (docs/performance.md#serving-language-models-2026-11-27).
+  std::int64_t token_budget = 256;
   /// The most prompt tokens of one sequence in one step (chunked prefill: a long prompt never
   /// holds other sequences' tokens back for long).
   std::int64_t prefill_chunk = 256;
