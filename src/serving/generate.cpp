@@ -149,16 +149,7 @@ handler_state::lm_route(const handler::request& req,
   if (g.reason == lm::finish_reason::cancelled) {
     co_return std::nullopt;
   }
-  std::string failure;
-  if (g.reason == lm::finish_reason::error) {
-    try {
-      std::rethrow_exception(g.error);
-    } catch (const std::exception& e) {
-      failure = std::string("the generation failed: ") + e.what();
-    } catch (...) {
-      failure = "the generation failed";
-    }
-  }
+  const std::string failure = failure_message(g);
   if (!streamed) {
     if (!failure.empty()) {
       co_return error(req, http::status::internal_server_error, failure);

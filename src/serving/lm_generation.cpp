@@ -204,6 +204,21 @@ void fit_context(const served_lm& s, generation_request& r) {
   }
 }
 
+std::string failure_message(const generation_result& g) {
+  if (g.reason != lm::finish_reason::error) {
+    return {};
+  }
+  try {
+    if (g.error) {
+      std::rethrow_exception(g.error);
+    }
+  } catch (const std::exception& e) {
+    return std::string("the generation failed: ") + e.what();
+  } catch (...) {
+  }
+  return "the generation failed";
+}
+
 std::string_view finish_name(lm::finish_reason r) noexcept {
   switch (r) {
   case lm::finish_reason::stop:

@@ -115,6 +115,9 @@ generate(served_lm& s,
          std::chrono::steady_clock::time_point start,
          const std::function<asio::awaitable<bool>(std::string_view)>& on_text);
 
+// Why a generation failed, in words ("the generation failed: ..."); empty unless it did.
+std::string failure_message(const generation_result& g);
+
 // "stop", "length", or "abort" (a cancelled or failed sequence).
 std::string_view finish_name(lm::finish_reason r) noexcept;
 

@@ -398,16 +398,7 @@ handler_state::openai_generate(const handler::request& req,
   if (g.reason == lm::finish_reason::cancelled) {
     co_return std::nullopt;  // the client is gone; nothing more is sent
   }
-  std::string failure;
-  if (g.reason == lm::finish_reason::error) {
-    try {
-      std::rethrow_exception(g.error);
-    } catch (const std::exception& e) {
-      failure = std::string("the generation failed: ") + e.what();
-    } catch (...) {
-      failure = "the generation failed";
-    }
-  }
+  const std::string failure = failure_message(g);
   if (!stream) {
     if (!failure.empty()) {
       co_return openai_error(req, 500, failure);
