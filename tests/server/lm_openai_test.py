@@ -364,10 +364,7 @@ def run_cases(server):
         assert tokens < LONG - 8, tokens  # it stopped early
         assert raw(server, "GET", "/v1/models")[0] == 200
 
-    @case("past the running and waiting limits: 503 with Retry-After; a waiting stream has its head")
-    def _():
-        running = start_stream(server, "long", LONG - 8)  # holds the one running place
-        waiting = start_stream(server, "long", 8)  # its 200 came while it waits for room
+    def overflow(running, waiting):
         results = []
         lock = threading.Lock()
 
@@ -392,10 +389,21 @@ def run_cases(server):
             more = waiting.recv(65536)
             assert more, body[-300:]
             body += more
-        waiting.close()
         status, _, data = raw(server, "POST", "/v1/completions",
                               {"model": "long", "prompt": "a", "max_tokens": 5})
         assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 5, data
+
+    @case("past the running and waiting limits: 503 with Retry-After; a waiting stream has its head")
+    def _():
+        running = start_stream(server, "long", LONG - 8)  # holds the one running place,
+        while b"data: " not in running.recv(4096):  # once its first token shows it admitted
+            pass
+        waiting = start_stream(server, "long", 8)  # its 200 came while it waits for room
+        try:
+            overflow(running, waiting)
+        finally:
+            running.close()
+            waiting.close()
 
     @case("/metrics: latency histograms, token counters, the generators' figures")
     def _():
