@@ -281,7 +281,7 @@ struct generator_options {
   /// The most tokens one step computes, over all sequences (decode tokens first, then prompt
   /// chunks: keep it above `max_running`, or prompts wait while every sequence decodes). A step
   /// is every running sequence's wait for its next token: 256 measured better than 512 on every
-  /// figure at 16 streams (docs/performance.md#serving-language-models-2026-11-27).
+  /// figure at 16 streams (docs/performance.md, "Serving language models").
   std::int64_t token_budget = 256;
   /// The most prompt tokens of one sequence in one step (chunked prefill: a long prompt never
   /// holds other sequences' tokens back for long).
