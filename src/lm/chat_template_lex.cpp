@@ -4,6 +4,8 @@
 
 #include "lm/chat_template_lex.hpp"
 
+#include "support/utf8.hpp"
+
 #include <algorithm>
 #include <array>
 
@@ -15,24 +17,6 @@ bool name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'
 bool digit(char c) { return c >= '0' && c <= '9'; }
 bool tag_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 class lexer {
@@ -271,7 +255,7 @@ private:
           }
           cp = cp * 16 + static_cast<std::uint32_t>(v);
         }
-        append_utf8(s, cp);
+        cotensor::detail::append_utf8(s, cp);
       };
       switch (e) {
       case '\n':
@@ -322,7 +306,7 @@ private:
                ++k) {
             cp = cp * 8 + static_cast<std::uint32_t>(src_[++i] - '0');
           }
-          append_utf8(s, cp);
+          cotensor::detail::append_utf8(s, cp);
         } else {
           s += '\\';
           s += e;
