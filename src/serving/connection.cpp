@@ -249,7 +249,7 @@ asio::awaitable<void> listener_state::session(std::shared_ptr<connection> cp) {
     }
     metrics_.count(static_cast<int>(res->result_int()));
     if (req.target().ends_with("/infer")) {
-      metrics_.observe(clock_type::now() - start);
+      metrics_.latency.observe(clock_type::now() - start);
     }
     const bool keep = req.keep_alive() && !draining_;
     res->keep_alive(keep);

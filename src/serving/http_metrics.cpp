@@ -15,15 +15,35 @@ void http_metrics::count(int code) {
   }
 }
 
-void http_metrics::observe(std::chrono::steady_clock::duration d) {
+void duration_histogram::observe(std::chrono::steady_clock::duration d) {
   const double s = std::chrono::duration<double>(d).count();
   std::size_t i = 0;
-  while (i < bounds.size() && s > bounds[i]) {
+  while (i < bounds_.size() && s > bounds_[i]) {
     ++i;
   }
-  ++latency[i];
-  latency_us_sum +=
+  ++buckets_[i];
+  sum_us_ +=
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+}
+
+void duration_histogram::write(std::ostream& os,
+                               std::string_view name,
+                               std::string_view labels) const {
+  const std::string prefix = labels.empty() ? std::string() : std::string(labels) + ",";
+  const std::string own = labels.empty() ? std::string() : "{" + std::string(labels) + "}";
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += buckets_[i].load();
+    os << name << "_bucket{" << prefix << "le=\"";
+    if (i < bounds_.size()) {
+      os << bounds_[i];
+    } else {
+      os << "+Inf";
+    }
+    os << "\"} " << cumulative << "\n";
+  }
+  os << name << "_sum" << own << " " << double(sum_us_.load()) / 1e6 << "\n"
+     << name << "_count" << own << " " << cumulative << "\n";
 }
 
 std::string http_metrics::text() const {
@@ -35,19 +55,7 @@ std::string http_metrics::text() const {
   }
   os << "# HELP cotensor_infer_latency_seconds Time from request read to response ready.\n"
      << "# TYPE cotensor_infer_latency_seconds histogram\n";
-  std::uint64_t cumulative = 0;
-  for (std::size_t i = 0; i <= bounds.size(); ++i) {
-    cumulative += latency[i].load();
-    os << "cotensor_infer_latency_seconds_bucket{le=\"";
-    if (i < bounds.size()) {
-      os << bounds[i];
-    } else {
-      os << "+Inf";
-    }
-    os << "\"} " << cumulative << "\n";
-  }
-  os << "cotensor_infer_latency_seconds_sum " << double(latency_us_sum.load()) / 1e6
-     << "\ncotensor_infer_latency_seconds_count " << cumulative << "\n";
+  latency.write(os, "cotensor_infer_latency_seconds");
   os << "# TYPE cotensor_requests_in_flight gauge\ncotensor_requests_in_flight " << in_flight.load()
      << "\n";
   os << "# TYPE cotensor_open_connections gauge\ncotensor_open_connections " << connections.load()

@@ -7,37 +7,6 @@
 
 namespace cotensor::serving::detail {
 
-void seconds_histogram::observe(std::chrono::steady_clock::duration d) {
-  const double s = std::chrono::duration<double>(d).count();
-  std::size_t i = 0;
-  while (i < bounds.size() && s > bounds[i]) {
-    ++i;
-  }
-  ++buckets[i];
-  sum_us +=
-      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
-}
-
-void seconds_histogram::write(std::string& out,
-                              std::string_view name,
-                              std::string_view model) const {
-  std::ostringstream os;
-  std::uint64_t cumulative = 0;
-  for (std::size_t i = 0; i <= bounds.size(); ++i) {
-    cumulative += buckets[i].load();
-    os << name << "_bucket{model=\"" << model << "\",le=\"";
-    if (i < bounds.size()) {
-      os << bounds[i];
-    } else {
-      os << "+Inf";
-    }
-    os << "\"} " << cumulative << "\n";
-  }
-  os << name << "_sum{model=\"" << model << "\"} " << double(sum_us.load()) / 1e6 << "\n"
-     << name << "_count{model=\"" << model << "\"} " << cumulative << "\n";
-  out += os.str();
-}
-
 namespace {
 
 // `v` as a Prometheus label value: backslash, quote and newline escaped.
@@ -72,7 +41,7 @@ std::string lm_metrics(const std::vector<const served_lm*>& models) {
   struct histogram_family {
     const char* name;
     const char* help;
-    const seconds_histogram lm_counters::*member;
+    const duration_histogram lm_counters::*member;
   };
   static constexpr histogram_family histograms[] = {
       {"cotensor_lm_time_to_first_token_seconds", "Time from a request read to its first token.",
@@ -85,7 +54,9 @@ std::string lm_metrics(const std::vector<const served_lm*>& models) {
   for (const auto& h : histograms) {
     header(h.name, "histogram", h.help);
     for (const auto* s : models) {
-      (s->counters.*h.member).write(out, h.name, label(s->lm->name));
+      std::ostringstream os;
+      (s->counters.*h.member).write(os, h.name, "model=\"" + label(s->lm->name) + "\"");
+      out += os.str();
     }
   }
   header("cotensor_lm_prompt_tokens_total", "counter", "Prompt tokens of the requests admitted.");

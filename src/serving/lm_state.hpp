@@ -8,6 +8,8 @@
 #include <cotensor/lm.hpp>
 #include <cotensor/serving.hpp>
 
+#include "serving/http_metrics.hpp"
+
 #include <boost/asio/awaitable.hpp>
 #include <boost/json.hpp>
 
@@ -27,23 +29,17 @@ namespace cotensor::serving::detail {
 
 namespace json = boost::json;
 
-// A Prometheus histogram of seconds; every member may be updated from any thread.
-struct seconds_histogram {
-  static constexpr std::array<double, 16> bounds = {
-      0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0};
-  std::array<std::atomic<std::uint64_t>, bounds.size() + 1> buckets{};
-  std::atomic<std::uint64_t> sum_us{0};
-
-  void observe(std::chrono::steady_clock::duration d);
-  // The `_bucket`, `_sum` and `_count` lines of `name` with the label `model`.
-  void write(std::string& out, std::string_view name, std::string_view model) const;
-};
+// The bounds of the language models' latency histograms, in seconds.
+inline constexpr std::array<double, 16> lm_latency_bounds = {
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0};
 
 // Counters of one language model, for /metrics (vLLM's equivalents in docs/server.md).
 struct lm_counters {
-  seconds_histogram time_to_first_token;  // from the request read to its first token
-  seconds_histogram inter_token;          // between two tokens of one request
-  seconds_histogram e2e;                  // from the request read to its last token
+  // From the request read to its first token; between two tokens of one request; from the
+  // request read to its last token.
+  duration_histogram time_to_first_token{lm_latency_bounds};
+  duration_histogram inter_token{lm_latency_bounds};
+  duration_histogram e2e{lm_latency_bounds};
   std::atomic<std::uint64_t> prompt_tokens{0};
   std::atomic<std::uint64_t> generation_tokens{0};
   std::atomic<std::uint64_t> success{0};  // requests answered in full, by finish reason:
