@@ -3,7 +3,7 @@
 # what they are) in ${COTENSOR_CACHE:-~/.cache/cotensor}/lm-bench/, outside the repository, and
 # the Python environment of the peers that bench/lm/peers.py times.
 #
-# The environment is tests/data/lm/make_models.sh's venv, shared (same path, same transformers):
+# The environment is tests/data/lm/transformers_venv.sh's, shared with the test fixtures:
 # venv-transformers-5.24.0 in the cache, which sees the project's environment (torch, numpy,
 # safetensors) through a .pth file. This script adds CTranslate2 to it when it is missing; when
 # CTranslate2 does not install, it says so and goes on (peers.py then skips that peer). Models
@@ -15,18 +15,9 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-project=$(readlink -f "${COTENSOR_VENV:-$root/.venv}")
-[[ -x $project/bin/python3 ]] || { echo "make_models.sh: no project environment: bash bench/peers/setup.sh" >&2; exit 2; }
-version=5.24.0
 ct2_version=4.8.5
-venv=${COTENSOR_CACHE:-$HOME/.cache/cotensor}/venv-transformers-$version
-if [[ ! -x $venv/bin/python3 ]]; then
-  python3 -m venv "$venv.partial"
-  site=$("$project/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  echo "$site" >"$("$venv.partial/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/project.pth"
-  "$venv.partial/bin/python3" -m pip install --quiet "transformers==$version"
-  mv "$venv.partial" "$venv"
-fi
+python=$(bash "$root/tests/data/lm/transformers_venv.sh" | tail -1)
+venv=$(dirname "$(dirname "$python")")
 # pip runs as a module: the venv's own scripts name the .partial path it was made in.
 if ! "$venv/bin/python3" -c "import ctranslate2, sys; sys.exit(ctranslate2.__version__ != '$ct2_version')" 2>/dev/null; then
   "$venv/bin/python3" -m pip install --quiet "ctranslate2==$ct2_version" >&2 ||
