@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -25,6 +26,58 @@ std::vector<float> ramp(std::size_t n, float scale, float shift = 0.0F) {
 tensor index(std::vector<std::int64_t> v) {
   const auto n = static_cast<std::int64_t>(v.size());
   return from_vector(std::move(v), {n});
+}
+
+// softmax(q·kᵀ · scale)·v in double for row r, head h, of a paged cache laid out
+// [blocks, block_size, kv_heads, hd] (`tables` rows of `width` blocks).
+std::vector<double> attention_reference(const std::vector<float>& q,
+                                        const std::vector<float>& k,
+                                        const std::vector<float>& v,
+                                        const std::vector<std::int64_t>& tables,
+                                        std::int64_t width,
+                                        std::int64_t sequence,
+                                        std::int64_t keys,
+                                        std::int64_t heads,
+                                        std::int64_t kv_heads,
+                                        std::int64_t hd,
+                                        std::int64_t bs,
+                                        std::int64_t r,
+                                        std::int64_t h,
+                                        double scale) {
+  const std::int64_t g = h / (heads / kv_heads);
+  std::vector<double> score;
+  std::vector<std::size_t> slot;
+  for (std::int64_t j = 0; j < keys; ++j) {
+    const std::int64_t block = tables[static_cast<std::size_t>(sequence * width + j / bs)];
+    const auto base = static_cast<std::size_t>(((block * bs + j % bs) * kv_heads + g) * hd);
+    double dot = 0;
+    for (std::int64_t i = 0; i < hd; ++i) {
+      dot += static_cast<double>(q[static_cast<std::size_t>(r * heads * hd + h * hd + i)]) *
+             k[base + static_cast<std::size_t>(i)];
+    }
+    score.push_back(dot * scale);
+    slot.push_back(base);
+  }
+  const double top = *std::max_element(score.begin(), score.end());
+  double total = 0;
+  for (double& s : score) {
+    s = std::exp(s - top);
+    total += s;
+  }
+  std::vector<double> out(static_cast<std::size_t>(hd));
+  for (std::int64_t i = 0; i < hd; ++i) {
+    for (std::size_t j = 0; j < score.size(); ++j) {
+      out[static_cast<std::size_t>(i)] +=
+          score[j] / total * v[slot[j] + static_cast<std::size_t>(i)];
+    }
+  }
+  return out;
+}
+
+// The floats of x rounded to dtype t and back.
+std::vector<float> rounded(const std::vector<float>& x, dtype t) {
+  const auto n = static_cast<std::int64_t>(x.size());
+  return from_vector(x, {n}).astype(t).astype(dtype::float32).to_vector();
 }
 
 }  // namespace
@@ -127,35 +180,13 @@ TEST_SUITE("ops.lm") {
     const auto out = paged_attention(from_vector(qv, {3, heads * hd}), kc, vc,
                                      from_vector(tables, {2, 3}), index(seq), index(ctx), scale)
                          .to_vector();
-    for (std::size_t r = 0; r < 3; ++r) {
+    for (std::int64_t r = 0; r < 3; ++r) {
       for (std::int64_t h = 0; h < heads; ++h) {
-        const std::int64_t g = h / (heads / kv_heads);
-        std::vector<double> score;
-        std::vector<std::size_t> slot;
-        for (std::int64_t j = 0; j < ctx[r]; ++j) {
-          const std::int64_t block = tables[static_cast<std::size_t>(seq[r] * 3 + j / bs)];
-          const auto base = static_cast<std::size_t>(((block * bs + j % bs) * kv_heads + g) * hd);
-          double dot = 0;
-          for (std::int64_t i = 0; i < hd; ++i) {
-            dot += static_cast<double>(qv[r * heads * hd + static_cast<std::size_t>(h * hd + i)]) *
-                   kvals[base + static_cast<std::size_t>(i)];
-          }
-          score.push_back(dot * scale);
-          slot.push_back(base);
-        }
-        const double top = *std::max_element(score.begin(), score.end());
-        double total = 0;
-        for (double& s : score) {
-          s = std::exp(s - top);
-          total += s;
-        }
+        const auto want = attention_reference(qv, kvals, vvals, tables, 3, seq[r], ctx[r], heads,
+                                              kv_heads, hd, bs, r, h, scale);
         for (std::int64_t i = 0; i < hd; ++i) {
-          double want = 0;
-          for (std::size_t j = 0; j < score.size(); ++j) {
-            want += score[j] / total * vvals[slot[j] + static_cast<std::size_t>(i)];
-          }
-          CHECK(out[r * heads * hd + static_cast<std::size_t>(h * hd + i)] ==
-                doctest::Approx(want).epsilon(1e-5));
+          CHECK(out[static_cast<std::size_t>(r * heads * hd + h * hd + i)] ==
+                doctest::Approx(want[static_cast<std::size_t>(i)]).epsilon(1e-5));
         }
       }
     }
@@ -183,6 +214,65 @@ TEST_SUITE("ops.lm") {
     CHECK_THROWS_AS(paged_attention(q1, kc, reshape(vc, {blocks, bs, 1, 8}),
                                     from_vector(tables, {2, 3}), index({0}), index({1}), scale),
                     std::invalid_argument);
+  }
+
+  TEST_CASE("paged_attention over chunks of keys: head sizes 64 and 80, a prompt's tile and a "
+            "row alone alike") {
+    // 40 and 37 keys (chunks of 16 and a partial one), one key/value head for two query heads;
+    // sequence 0's 9 rows are a prompt chunk (a tile of 8 rows and one alone).
+    for (const std::int64_t hd : {64, 80}) {
+      for (const dtype t : {dtype::float32, dtype::bfloat16}) {
+        CAPTURE(hd);
+        CAPTURE(t);
+        const std::int64_t heads = 2;
+        const std::int64_t kv_heads = 1;
+        const std::int64_t bs = 8;
+        const std::int64_t blocks = 12;
+        const auto kv = static_cast<std::size_t>(blocks * bs * kv_heads * hd);
+        const auto kvals = rounded(ramp(kv, 0.013F), t);
+        const auto vvals = rounded(ramp(kv, 0.029F, 0.5F), t);
+        const tensor kc = from_vector(kvals, {blocks, bs, kv_heads, hd}).astype(t);
+        const tensor vc = from_vector(vvals, {blocks, bs, kv_heads, hd}).astype(t);
+        const std::vector<std::int64_t> tables{7, 2, 9, 0, 4, 1, 3, 5, 6, 8, 10, 11};
+        std::vector<std::int64_t> seq(9, 0);
+        std::vector<std::int64_t> ctx;
+        for (std::int64_t r = 0; r < 9; ++r) {
+          ctx.push_back(32 + r);
+        }
+        seq.push_back(1);
+        ctx.push_back(37);
+        const std::int64_t rows = 10;
+        const auto qv = rounded(ramp(static_cast<std::size_t>(rows * heads * hd), 0.07F, 0.3F), t);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+        const tensor q = from_vector(qv, {rows, heads * hd}).astype(t);
+        const tensor table = from_vector(tables, {2, 6});
+        const auto out = paged_attention(q, kc, vc, table, index(seq), index(ctx), scale)
+                             .astype(dtype::float32)
+                             .to_vector();
+        const double tol = t == dtype::bfloat16 ? 1e-2 : 1e-5;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          for (std::int64_t h = 0; h < heads; ++h) {
+            const auto want = attention_reference(
+                qv, kvals, vvals, tables, 6, seq[static_cast<std::size_t>(r)],
+                ctx[static_cast<std::size_t>(r)], heads, kv_heads, hd, bs, r, h, scale);
+            for (std::int64_t i = 0; i < hd; ++i) {
+              CHECK(out[static_cast<std::size_t>(r * heads * hd + h * hd + i)] ==
+                    doctest::Approx(want[static_cast<std::size_t>(i)]).epsilon(tol));
+            }
+          }
+          // The row alone (a tile of one) gives the bits it had in its prompt's tile.
+          const auto alone = paged_attention(slice(q, 0, r, r + 1), kc, vc, table,
+                                             index({seq[static_cast<std::size_t>(r)]}),
+                                             index({ctx[static_cast<std::size_t>(r)]}), scale)
+                                 .astype(dtype::float32)
+                                 .to_vector();
+          for (std::int64_t i = 0; i < heads * hd; ++i) {
+            CHECK(alone[static_cast<std::size_t>(i)] ==
+                  out[static_cast<std::size_t>(r * heads * hd + i)]);
+          }
+        }
+      }
+    }
   }
 
   TEST_CASE("the language-model ops in bfloat16 and float16 stay near float32") {

@@ -3,6 +3,7 @@
 // row's arithmetic in a fixed order whatever the batch around it, so a sequence's results do
 // not depend on the others in its step (kernel_table.hpp says what each computes).
 
+#include "cpu/gemm_dispatch.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/vector_clones.hpp"
 #include "kernels/element.hpp"
@@ -14,6 +15,18 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC bug 105593 (fixed in 13), as in cpu/gemm_avx512_steps.hpp.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#define COTENSOR_ATTENTION_AVX512 1
+#else
+#define COTENSOR_ATTENTION_AVX512 0
+#endif
 
 namespace cotensor::detail::cpu {
 namespace {
@@ -96,6 +109,7 @@ void rope_typed(const rope_args& a) {
 // every vector width computes the same bits (no contraction into FMAs).
 constexpr std::int64_t key_chunk = 16;
 constexpr std::int64_t tile = 8;
+constexpr std::int64_t prefetch_chunks = 2;  // how far ahead the keys and values are asked for
 
 struct tile_state {
   float top[tile];
@@ -129,8 +143,87 @@ inline void add_scaled(float* __restrict out, float w, const T* __restrict v, st
   }
 }
 
+// kt[i * 16 + c] = rows[c * hd + i] for the 16 keys of a chunk: a transposition of 16 x 16
+// blocks in registers where the CPU has AVX-512 (about 64 shuffles a block against 256 scalar
+// moves), element by element elsewhere and for the last hd % 16 elements. Data movement only:
+// the same floats whichever way.
+#if COTENSOR_ATTENTION_AVX512
+__attribute__((target("avx512f"), noinline)) void
+transpose_keys_avx512(const float* rows, std::int64_t hd, float* kt) {
+  std::int64_t i0 = 0;
+  for (; i0 + 16 <= hd; i0 += 16) {
+    __m512 t[16];
+    for (int c = 0; c < 16; c += 2) {
+      const __m512 a = _mm512_loadu_ps(rows + c * hd + i0);
+      const __m512 b = _mm512_loadu_ps(rows + (c + 1) * hd + i0);
+      t[c] = _mm512_unpacklo_ps(a, b);  // per 128-bit lane L: a[4L], b[4L], a[4L+1], b[4L+1]
+      t[c + 1] = _mm512_unpackhi_ps(a, b);
+    }
+    // u[4g + e], lane L: keys 4g .. 4g+3 of element 4L + e.
+    __m512 u[16];
+    for (int g = 0; g < 4; ++g) {
+      const __m512* q = t + 4 * g;
+      u[4 * g + 0] = _mm512_shuffle_ps(q[0], q[2], _MM_SHUFFLE(1, 0, 1, 0));
+      u[4 * g + 1] = _mm512_shuffle_ps(q[0], q[2], _MM_SHUFFLE(3, 2, 3, 2));
+      u[4 * g + 2] = _mm512_shuffle_ps(q[1], q[3], _MM_SHUFFLE(1, 0, 1, 0));
+      u[4 * g + 3] = _mm512_shuffle_ps(q[1], q[3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int e = 0; e < 4; ++e) {
+      const __m512 v = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88);  // lanes 0 and 2
+      const __m512 w = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xDD);  // lanes 1 and 3
+      const __m512 v2 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
+      const __m512 w2 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xDD);
+      _mm512_storeu_ps(kt + (i0 + e) * 16, _mm512_shuffle_f32x4(v, v2, 0x88));
+      _mm512_storeu_ps(kt + (i0 + 8 + e) * 16, _mm512_shuffle_f32x4(v, v2, 0xDD));
+      _mm512_storeu_ps(kt + (i0 + 4 + e) * 16, _mm512_shuffle_f32x4(w, w2, 0x88));
+      _mm512_storeu_ps(kt + (i0 + 12 + e) * 16, _mm512_shuffle_f32x4(w, w2, 0xDD));
+    }
+  }
+  for (; i0 < hd; ++i0) {
+    for (std::int64_t c = 0; c < 16; ++c) {
+      kt[i0 * 16 + c] = rows[c * hd + i0];
+    }
+  }
+}
+#endif
+
+void transpose_keys(const float* rows, std::int64_t hd, float* kt) {
+#if COTENSOR_ATTENTION_AVX512
+  if (cpu_has_avx512()) {
+    transpose_keys_avx512(rows, hd, kt);
+    return;
+  }
+#endif
+  for (std::int64_t i = 0; i < hd; ++i) {
+    for (std::int64_t c = 0; c < 16; ++c) {
+      kt[i * 16 + c] = rows[c * hd + i];
+    }
+  }
+}
+
+// out[i] = float(in[i]) over n elements, in blocks of 16 (vectorised at -O2).
+template <class T>
+inline void to_float(float* __restrict out, const T* __restrict in, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) {
+      out[i + l] = static_cast<float>(in[i + l]);
+    }
+  }
+  for (; i < n; ++i) {
+    out[i] = static_cast<float>(in[i]);
+  }
+}
+
+// Asks for the cache lines of `bytes` bytes from p before they are read.
+inline void prefetch(const void* p, std::int64_t bytes) {
+  for (std::int64_t b = 0; b < bytes; b += 64) {
+    __builtin_prefetch(static_cast<const char*>(p) + b);
+  }
+}
+
 // Rows r0 .. r0 + rows - 1 (rows <= Rows) of one sequence, head `h`. `acc` and `qf` hold
-// Rows * head_dim floats, `kt` 16 * head_dim.
+// Rows * head_dim floats, `kr` and `kt` 16 * head_dim.
 template <class T, int Rows>
 COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_args& a,
                                                          std::int64_t r0,
@@ -138,6 +231,7 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_a
                                                          std::int64_t h,
                                                          float* acc,
                                                          float* qf,
+                                                         float* kr,
                                                          float* kt) {
   const std::int64_t hd = a.head_dim;
   const std::int64_t row_width = a.kv_heads * hd;
@@ -174,17 +268,23 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_a
       if (c < n) {
         const std::int64_t j = j0 + c;
         const std::int64_t slot = table[j / a.block_size] * a.block_size + j % a.block_size;
-        const T* k = kc + slot * row_width + kv_head * hd;
         values[c] = vc + slot * row_width + kv_head * hd;
-        for (std::int64_t i = 0; i < hd; ++i) {
-          kt[i * key_chunk + c] = static_cast<float>(k[i]);
-        }
+        to_float(kr + c * hd, kc + slot * row_width + kv_head * hd, hd);
       } else {
-        for (std::int64_t i = 0; i < hd; ++i) {
-          kt[i * key_chunk + c] = 0.0F;
-        }
+        std::fill(kr + c * hd, kr + (c + 1) * hd, 0.0F);
       }
     }
+    // The next chunk's keys and values come from memory while this one is computed (a key's
+    // row of one head is a few cache lines, rows a whole cache row apart: no prefetcher
+    // follows that).
+    for (std::int64_t j = j0 == 0 ? key_chunk : j0 + prefetch_chunks * key_chunk;
+         j < std::min(most, j0 + (prefetch_chunks + 1) * key_chunk); ++j) {
+      const std::int64_t slot = table[j / a.block_size] * a.block_size + j % a.block_size;
+      const std::int64_t at = slot * row_width + kv_head * hd;
+      prefetch(kc + at, hd * static_cast<std::int64_t>(sizeof(T)));
+      prefetch(vc + at, hd * static_cast<std::int64_t>(sizeof(T)));
+    }
+    transpose_keys(kr, hd, kt);
     for (int r = 0; r < Rows; ++r) {
       for (std::int64_t c = 0; c < key_chunk; ++c) {
         scores[r][c] = 0.0F;
@@ -252,14 +352,17 @@ void paged_attention_typed(const paged_attention_args& a) {
   parallel_chunks(tiles * a.heads, 1, [&](std::int64_t lo, std::int64_t hi) {
     std::vector<float> acc(static_cast<std::size_t>(tile * a.head_dim));
     std::vector<float> qf(static_cast<std::size_t>(tile * a.head_dim));
+    std::vector<float> kr(static_cast<std::size_t>(key_chunk * a.head_dim));
     std::vector<float> kt(static_cast<std::size_t>(key_chunk * a.head_dim));
     for (std::int64_t w = lo; w < hi; ++w) {
       const std::int64_t t = w / a.heads;
       const std::int64_t rows = starts[t + 1] - starts[t];
       if (rows == 1) {
-        attend_tile<T, 1>(a, starts[t], 1, w % a.heads, acc.data(), qf.data(), kt.data());
+        attend_tile<T, 1>(a, starts[t], 1, w % a.heads, acc.data(), qf.data(), kr.data(),
+                          kt.data());
       } else {
-        attend_tile<T, tile>(a, starts[t], rows, w % a.heads, acc.data(), qf.data(), kt.data());
+        attend_tile<T, tile>(a, starts[t], rows, w % a.heads, acc.data(), qf.data(), kr.data(),
+                             kt.data());
       }
     }
   });

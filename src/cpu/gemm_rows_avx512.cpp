@@ -69,9 +69,6 @@ COTENSOR_AVX512_TARGET void row_panel(const typename Steps::element* a,
   }
 }
 
-// row_panel for `rows` (1 to 6) rows at columns [col0, col0 + 256): one row takes the 256
-// columns at once (one contiguous kilobyte of B per step for the prefetcher), more rows 64 at
-// a time.
 // row_panel for `rows` (1 to 6) rows at columns [col0, col0 + width): a whole tile of 256
 // columns at once for one row (one contiguous kilobyte of B per step for the prefetcher), else
 // 64 at a time.
