@@ -51,6 +51,7 @@ constexpr std::int64_t row_path_rows = 64;
 // a vfmadd231ps.
 struct float_word_steps {
   using word = float;
+  static constexpr std::int64_t b_rows_per_step = 1;  // rows of B a step reads
   static std::int64_t steps(std::int64_t k) { return k; }
   COTENSOR_AVX512_TARGET static __m512 broadcast(word w) { return _mm512_set1_ps(w); }
   COTENSOR_AVX512_TARGET static __m512 load_b(const word* b) { return _mm512_loadu_ps(b); }
@@ -62,6 +63,10 @@ struct float_word_steps {
 // float32: a step is one k.
 struct f32_steps : float_word_steps {
   using element = float;
+  // How many steps ahead the row path asks for B's rows (0: never). Measured with GPT-2
+  // small's products on AMD Zen 4: float32 8-11 % faster at 1 and 16 rows with 8 steps;
+  // bfloat16 within the noise, so left to the hardware.
+  static constexpr std::int64_t b_prefetch_steps = 8;
   static bool a_in_place(std::int64_t /*k*/) { return true; }
   static word a_word(const element* row, std::int64_t p, std::int64_t /*k*/) { return row[p]; }
   static float to_float(element e) { return e; }
@@ -101,6 +106,8 @@ struct f32_steps : float_word_steps {
 struct bf16_steps {
   using element = std::uint16_t;
   using word = std::uint32_t;
+  static constexpr std::int64_t b_rows_per_step = 2;
+  static constexpr std::int64_t b_prefetch_steps = 0;
   static std::int64_t steps(std::int64_t k) { return (k + 1) / 2; }
   static bool a_in_place(std::int64_t k) { return k % 2 == 0; }
   static float to_float(element e) { return float_from_bfloat16_bits(e); }
@@ -188,6 +195,7 @@ struct bf16_steps {
 // converted operands, bit for bit: the converting path's result, without converting B whole.
 struct f16_steps : float_word_steps {
   using element = std::uint16_t;
+  static constexpr std::int64_t b_prefetch_steps = 0;
   static word a_word(const element* row, std::int64_t p, std::int64_t /*k*/) {
     return float_from_half_bits(row[p]);
   }

@@ -11,6 +11,7 @@
 namespace cotensor::detail::cpu::avx512 {
 
 #if COTENSOR_HAVE_AVX512
+
 // Rows [0, rows) of c at columns [col0, col0 + 16 · vectors) (fewer at B's end): B read in
 // place, no scratch. Each element is the same sum as the tiled path's, step by step in k order
 // from 0 with the same instruction, so a row's result does not depend on the rows around it or
@@ -36,7 +37,21 @@ COTENSOR_AVX512_TARGET void row_panel(const typename Steps::element* a,
     std::fill(tail, tail + width, word{0});
   }
   const std::int64_t steps = Steps::steps(k);
+  constexpr std::int64_t rows_per_step = Steps::b_rows_per_step;
+  constexpr std::int64_t ahead = Steps::b_prefetch_steps * rows_per_step;
+  const std::int64_t row_bytes = cols * static_cast<std::int64_t>(sizeof(*b));
   for (std::int64_t p = 0; p < steps; ++p) {
+    // B's rows `ahead` rows on, this panel's columns of them (a few hundred bytes a row,
+    // rows n elements apart).
+    if constexpr (ahead > 0) {
+      if (rows_per_step * p + ahead < k) {
+        const auto* next =
+            reinterpret_cast<const char*>(b + (rows_per_step * p + ahead) * n + col0);
+        for (std::int64_t byte = 0; byte < row_bytes; byte += 64) {
+          _mm_prefetch(next + byte, _MM_HINT_T0);
+        }
+      }
+    }
     decltype(Steps::load_b(tail)) bv[vectors];
     if (cols == width) {
 #pragma GCC unroll 16
