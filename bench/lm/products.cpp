@@ -1,0 +1,57 @@
+// A decode step's matrix products alone: the 48 products of GPT-2 small's layers (per layer
+// 768 x 2304, 768 x 768, 768 x 3072 and 3072 x 768, the weights [in, out] as GPT-2 stores them;
+// 12 layers, 170 MB of bfloat16 weights, more than the caches hold) for a batch of m rows, each
+// product waited for, as the row-path GEMM (cpu/gemm_rows_avx512.cpp) runs them in a step of m
+// sequences. Prints, per dtype and m, the median milliseconds for all 48 and the weights' bytes
+// read per second (to set beside `cotensor_bench_lm --triad`).
+//
+//   cotensor_bench_lm_products [--repeat N] [--quick]   (--quick: layers of width 64, one run)
+
+#include <cotensor/cotensor.hpp>
+
+#include "../common.hpp"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+int main(int argc, char** argv) try {
+  using namespace cotensor;
+  const auto opts = cotensor_bench::parse_options("cotensor_bench_lm_products", argc, argv);
+  const std::int64_t hidden = opts.quick ? 64 : 768;
+  const std::int64_t layers = opts.quick ? 2 : 12;
+  const struct {
+    std::int64_t k;
+    std::int64_t n;
+  } shapes[] = {{hidden, 3 * hidden}, {hidden, hidden}, {hidden, 4 * hidden}, {4 * hidden, hidden}};
+  for (const dtype t : {dtype::float32, dtype::bfloat16}) {
+    for (const std::int64_t m : {1, 6, 16, 32}) {
+      std::vector<tensor> weights;
+      std::vector<tensor> inputs;
+      double bytes = 0;
+      for (std::int64_t l = 0; l < layers; ++l) {
+        for (const auto s : shapes) {
+          weights.push_back(randn({s.k, s.n}).astype(t));
+          inputs.push_back(randn({m, s.k}).astype(t));
+          bytes += static_cast<double>(s.k * s.n) * static_cast<double>(itemsize(t));
+        }
+      }
+      wait_all();
+      const double seconds = cotensor_bench::median_seconds(opts.repeat, [&] {
+        const auto start = cotensor_bench::clock_type::now();
+        for (std::size_t i = 0; i < weights.size(); ++i) {
+          matmul(inputs[i], weights[i]).wait();
+        }
+        return cotensor_bench::seconds_since(start);
+      });
+      const std::string figure =
+          std::string("products_") + std::string(name(t)) + "_rows" + std::to_string(m);
+      cotensor_bench::print((figure + "_ms").c_str(), seconds * 1e3);
+      cotensor_bench::print((figure + "_weight_gb_s").c_str(), bytes / seconds / 1e9);
+    }
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "cotensor_bench_lm_products: %s\n", e.what());
+  return 1;
+}
