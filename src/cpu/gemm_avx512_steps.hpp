@@ -160,6 +160,36 @@ struct bf16_steps {
     return reinterpret_cast<__m512bh>(_mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
   }
 
+  // The words of step p at columns [col, col + 32) of B, read in place, as two vectors from one
+  // 64-byte load of each row and one unpack each (against load_b_row's two loads, two
+  // widenings, a shift and an or a vector): `first` holds columns {0-3, 8-11, 16-19, 24-27}
+  // of the 32, `second` {4-7, 12-15, 20-23, 28-31}, a 128-bit lane apiece. Sums made with them
+  // are in that order too; in_column_order puts them back.
+  static constexpr bool loads_pairs = true;
+  COTENSOR_AVX512_TARGET static void load_b_pair(const element* b,
+                                                 std::int64_t k,
+                                                 std::int64_t n,
+                                                 std::int64_t p,
+                                                 std::int64_t col,
+                                                 __m512bh& first,
+                                                 __m512bh& second) {
+    const element* lo = b + 2 * p * n + col;
+    const __m512i l = _mm512_loadu_si512(lo);
+    const __m512i h = 2 * p + 1 < k ? _mm512_loadu_si512(lo + n) : _mm512_setzero_si512();
+    first = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi16(l, h));
+    second = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi16(l, h));
+  }
+  // Sums over load_b_pair's two vectors, back in column order: 0-15 in `first`, 16-31 in
+  // `second`.
+  COTENSOR_AVX512_TARGET static void in_column_order(__m512& first, __m512& second) {
+    const __m512i low = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i high =
+        _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    const __m512 a = _mm512_permutex2var_ps(first, low, second);
+    second = _mm512_permutex2var_ps(first, high, second);
+    first = a;
+  }
+
   COTENSOR_AVX512_TARGET static __m512bh broadcast(word w) {
     return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(w)));
   }

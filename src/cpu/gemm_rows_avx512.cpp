@@ -25,6 +25,9 @@ COTENSOR_AVX512_TARGET void row_panel(const typename Steps::element* a,
                                       std::int64_t col0) {
   using word = typename Steps::word;
   constexpr std::int64_t width = 16 * vectors;
+  // B's words two vectors at a time, their sums permuted until the end (bfloat16).
+  constexpr bool pairs = requires { Steps::loads_pairs; }
+  &&vectors % 2 == 0;
   const std::int64_t cols = std::min(width, n - col0);
   __m512 acc[rows][vectors];
   for (int r = 0; r < rows; ++r) {
@@ -54,9 +57,16 @@ COTENSOR_AVX512_TARGET void row_panel(const typename Steps::element* a,
     }
     decltype(Steps::load_b(tail)) bv[vectors];
     if (cols == width) {
+      if constexpr (pairs) {
+#pragma GCC unroll 8
+        for (int v = 0; v < vectors; v += 2) {
+          Steps::load_b_pair(b, k, n, p, col0 + 16 * v, bv[v], bv[v + 1]);
+        }
+      } else {
 #pragma GCC unroll 16
-      for (int v = 0; v < vectors; ++v) {
-        bv[v] = Steps::load_b_row(b, k, n, p, col0 + 16 * v);
+        for (int v = 0; v < vectors; ++v) {
+          bv[v] = Steps::load_b_row(b, k, n, p, col0 + 16 * v);
+        }
       }
     } else {
       for (std::int64_t j = 0; j < cols; j += nr) {
@@ -77,6 +87,13 @@ COTENSOR_AVX512_TARGET void row_panel(const typename Steps::element* a,
   }
   alignas(64) float sums[width];
   for (int r = 0; r < rows; ++r) {
+    if constexpr (pairs) {
+      if (cols == width) {
+        for (int v = 0; v < vectors; v += 2) {
+          Steps::in_column_order(acc[r][v], acc[r][v + 1]);
+        }
+      }
+    }
     for (int v = 0; v < vectors; ++v) {
       _mm512_store_ps(sums + 16 * v, acc[r][v]);
     }

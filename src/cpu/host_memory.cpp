@@ -11,11 +11,18 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace cotensor::detail::cpu {
 namespace {
 
 constexpr std::size_t buffer_alignment = device_allocator::host_alignment;
+// Blocks from this size on are advised for transparent huge pages (advise_huge_pages).
+constexpr std::size_t huge_page_threshold = std::size_t{4} << 20;
 
 #if !COTENSOR_SYSTEM_ALLOCATOR
 // The blocks of the last few delayed buffers freed, shared by every thread. A result is freed
@@ -106,6 +113,23 @@ recent_blocks& recent() noexcept {
 }
 #endif
 
+// Asks Linux for transparent huge pages over the 2 MiB pages that lie wholly inside a large
+// block, before its pages are first touched: a language model's weights and KV cache, read in
+// strips across many rows, then miss the TLB once per 2 MiB rather than once per 4 KiB. Only a
+// hint: where THP is off (or `never`), nothing changes; where it is `madvise` (Debian's
+// default), this is what turns it on for these blocks.
+void advise_huge_pages([[maybe_unused]] void* p, [[maybe_unused]] std::size_t bytes) noexcept {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + huge - 1) & ~(huge - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(huge - 1);
+  if (end > begin) {
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): the range inside the block, page-aligned
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  }
+#endif
+}
+
 }  // namespace
 
 // A delayed buffer's block: a recent one of its size when there is one (not while faults are
@@ -118,7 +142,11 @@ void* host_allocator::allocate(device /*d*/, std::size_t bytes, [[maybe_unused]]
     }
   }
 #endif
-  return allocate_bytes(bytes, buffer_alignment);
+  void* p = allocate_bytes(bytes, buffer_alignment);
+  if (bytes >= huge_page_threshold) {
+    advise_huge_pages(p, bytes);
+  }
+  return p;
 }
 
 void host_allocator::deallocate(device /*d*/,
