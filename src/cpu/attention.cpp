@@ -222,21 +222,27 @@ inline void prefetch(const void* p, std::int64_t bytes) {
   }
 }
 
-// Rows r0 .. r0 + rows - 1 (rows <= Rows) of one sequence, head `h`. `acc` and `qf` hold
-// Rows * head_dim floats, `kr` and `kt` 16 * head_dim.
+// Rows r0 .. r0 + rows - 1 (rows <= Rows) of one sequence, heads [h0, h1), key chunk by key
+// chunk with every head inside: the chunk's keys and values of all these heads (adjacent in
+// each cache row) are read together, and heads sharing a key/value head transpose its keys
+// once. `acc` and `qf` hold (h1 - h0) * Rows * head_dim floats, `st` h1 - h0 states, `kr`
+// and `kt` 16 * head_dim floats. Each head's arithmetic is the same whatever heads or rows
+// share its tile.
 template <class T, int Rows>
 COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_args& a,
                                                          std::int64_t r0,
                                                          std::int64_t rows,
-                                                         std::int64_t h,
+                                                         std::int64_t h0,
+                                                         std::int64_t h1,
                                                          float* acc,
                                                          float* qf,
+                                                         tile_state* st,
                                                          float* kr,
                                                          float* kt) {
   const std::int64_t hd = a.head_dim;
   const std::int64_t row_width = a.kv_heads * hd;
   const std::int64_t width = a.heads * hd;
-  const std::int64_t kv_head = h / (a.heads / a.kv_heads);
+  const std::int64_t group = a.heads / a.kv_heads;
   const auto* kc = static_cast<const T*>(a.k_cache);
   const auto* vc = static_cast<const T*>(a.v_cache);
   const auto scale = static_cast<float>(a.scale);
@@ -246,126 +252,177 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_a
   std::int64_t most = 0;
   for (int r = 0; r < Rows; ++r) {
     const std::int64_t row = r0 + std::min<std::int64_t>(r, rows - 1);
-    const T* q = static_cast<const T*>(a.q) + row * width + h * hd;
-    for (std::int64_t i = 0; i < hd; ++i) {
-      qf[r * hd + i] = static_cast<float>(q[i]);
-    }
     keys[r] = r < rows ? a.context[row] : 0;
     most = std::max(most, keys[r]);
+    for (std::int64_t h = h0; h < h1; ++h) {
+      const T* q = static_cast<const T*>(a.q) + row * width + h * hd;
+      float* out = qf + ((h - h0) * Rows + r) * hd;
+      for (std::int64_t i = 0; i < hd; ++i) {
+        out[i] = static_cast<float>(q[i]);
+      }
+    }
   }
-  tile_state st;
-  for (int r = 0; r < Rows; ++r) {
-    st.top[r] = -std::numeric_limits<float>::infinity();
-    st.total[r] = 0.0F;
+  for (std::int64_t h = h0; h < h1; ++h) {
+    for (int r = 0; r < Rows; ++r) {
+      st[h - h0].top[r] = -std::numeric_limits<float>::infinity();
+      st[h - h0].total[r] = 0.0F;
+    }
   }
-  std::fill(acc, acc + Rows * hd, 0.0F);
+  std::fill(acc, acc + (h1 - h0) * Rows * hd, 0.0F);
+  // The cache rows' span these heads read: key/value heads first_kv .. last_kv.
+  const std::int64_t first_kv = h0 / group;
+  const std::int64_t span_bytes =
+      ((h1 - 1) / group - first_kv + 1) * hd * static_cast<std::int64_t>(sizeof(T));
+  std::int64_t slots[key_chunk];
   const T* values[key_chunk];
   float scores[Rows][key_chunk];
   float weights[key_chunk];
   for (std::int64_t j0 = 0; j0 < most; j0 += key_chunk) {
     const std::int64_t n = std::min(key_chunk, most - j0);
-    for (std::int64_t c = 0; c < key_chunk; ++c) {
-      if (c < n) {
-        const std::int64_t j = j0 + c;
-        const std::int64_t slot = table[j / a.block_size] * a.block_size + j % a.block_size;
-        values[c] = vc + slot * row_width + kv_head * hd;
-        to_float(kr + c * hd, kc + slot * row_width + kv_head * hd, hd);
-      } else {
-        std::fill(kr + c * hd, kr + (c + 1) * hd, 0.0F);
-      }
+    for (std::int64_t c = 0; c < n; ++c) {
+      const std::int64_t j = j0 + c;
+      slots[c] = table[j / a.block_size] * a.block_size + j % a.block_size;
     }
-    // The next chunk's keys and values come from memory while this one is computed (a key's
-    // row of one head is a few cache lines, rows a whole cache row apart: no prefetcher
+    // The next chunks' keys and values come from memory while this one is computed (a key's
+    // row of these heads is a few cache lines, rows a whole cache row apart: no prefetcher
     // follows that).
     for (std::int64_t j = j0 == 0 ? key_chunk : j0 + prefetch_chunks * key_chunk;
          j < std::min(most, j0 + (prefetch_chunks + 1) * key_chunk); ++j) {
       const std::int64_t slot = table[j / a.block_size] * a.block_size + j % a.block_size;
-      const std::int64_t at = slot * row_width + kv_head * hd;
-      prefetch(kc + at, hd * static_cast<std::int64_t>(sizeof(T)));
-      prefetch(vc + at, hd * static_cast<std::int64_t>(sizeof(T)));
+      const std::int64_t at = slot * row_width + first_kv * hd;
+      prefetch(kc + at, span_bytes);
+      prefetch(vc + at, span_bytes);
     }
-    transpose_keys(kr, hd, kt);
-    for (int r = 0; r < Rows; ++r) {
-      for (std::int64_t c = 0; c < key_chunk; ++c) {
-        scores[r][c] = 0.0F;
-      }
-    }
-    for (std::int64_t i = 0; i < hd; ++i) {
-      for (int r = 0; r < Rows; ++r) {
-        const float qi = qf[r * hd + i];
+    std::int64_t transposed = -1;  // the key/value head whose keys kt holds
+    for (std::int64_t h = h0; h < h1; ++h) {
+      const std::int64_t kv_head = h / group;
+      if (kv_head != transposed) {
         for (std::int64_t c = 0; c < key_chunk; ++c) {
-          scores[r][c] += qi * kt[i * key_chunk + c];
+          if (c < n) {
+            to_float(kr + c * hd, kc + slots[c] * row_width + kv_head * hd, hd);
+          } else {
+            std::fill(kr + c * hd, kr + (c + 1) * hd, 0.0F);
+          }
+        }
+        transpose_keys(kr, hd, kt);
+        for (std::int64_t c = 0; c < n; ++c) {
+          values[c] = vc + slots[c] * row_width + kv_head * hd;
+        }
+        transposed = kv_head;
+      }
+      const float* q = qf + (h - h0) * Rows * hd;
+      tile_state& state = st[h - h0];
+      for (int r = 0; r < Rows; ++r) {
+        for (std::int64_t c = 0; c < key_chunk; ++c) {
+          scores[r][c] = 0.0F;
+        }
+      }
+      for (std::int64_t i = 0; i < hd; ++i) {
+        for (int r = 0; r < Rows; ++r) {
+          const float qi = q[r * hd + i];
+          for (std::int64_t c = 0; c < key_chunk; ++c) {
+            scores[r][c] += qi * kt[i * key_chunk + c];
+          }
+        }
+      }
+      for (int r = 0; r < Rows; ++r) {
+        const std::int64_t m = std::min(key_chunk, keys[r] - j0);
+        if (m <= 0) {
+          continue;
+        }
+        float high = state.top[r];
+        for (std::int64_t c = 0; c < key_chunk; ++c) {
+          scores[r][c] *= scale;
+        }
+        for (std::int64_t c = 0; c < m; ++c) {
+          high = std::max(high, scores[r][c]);
+        }
+        float* __restrict out = acc + ((h - h0) * Rows + r) * hd;
+        if (high > state.top[r]) {
+          const float shrink = std::exp(state.top[r] - high);  // 0 for the first chunk
+          state.total[r] *= shrink;
+          scale_by(out, shrink, hd);
+          state.top[r] = high;
+        }
+        for (std::int64_t c = 0; c < key_chunk; ++c) {
+          scores[r][c] -= state.top[r];
+        }
+        unary_span(unary_op::exp, scores[r], weights, key_chunk);
+        for (std::int64_t c = 0; c < m; ++c) {
+          state.total[r] += weights[c];
+          add_scaled(out, weights[c], values[c], hd);
         }
       }
     }
-    for (int r = 0; r < Rows; ++r) {
-      const std::int64_t m = std::min(key_chunk, keys[r] - j0);
-      if (m <= 0) {
-        continue;
-      }
-      float high = st.top[r];
-      for (std::int64_t c = 0; c < key_chunk; ++c) {
-        scores[r][c] *= scale;
-      }
-      for (std::int64_t c = 0; c < m; ++c) {
-        high = std::max(high, scores[r][c]);
-      }
-      float* __restrict out = acc + r * hd;
-      if (high > st.top[r]) {
-        const float shrink = std::exp(st.top[r] - high);  // 0 for the first chunk
-        st.total[r] *= shrink;
-        scale_by(out, shrink, hd);
-        st.top[r] = high;
-      }
-      for (std::int64_t c = 0; c < key_chunk; ++c) {
-        scores[r][c] -= st.top[r];
-      }
-      unary_span(unary_op::exp, scores[r], weights, key_chunk);
-      for (std::int64_t c = 0; c < m; ++c) {
-        st.total[r] += weights[c];
-        add_scaled(out, weights[c], values[c], hd);
-      }
-    }
   }
-  for (std::int64_t r = 0; r < rows; ++r) {
-    T* o = static_cast<T*>(a.out) + (r0 + r) * width + h * hd;
-    for (std::int64_t i = 0; i < hd; ++i) {
-      o[i] = T(static_cast<compute_t<T>>(acc[r * hd + i] / st.total[r]));
+  for (std::int64_t h = h0; h < h1; ++h) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* o = static_cast<T*>(a.out) + (r0 + r) * width + h * hd;
+      const float* sums = acc + ((h - h0) * Rows + r) * hd;
+      for (std::int64_t i = 0; i < hd; ++i) {
+        o[i] = T(static_cast<compute_t<T>>(sums[i] / st[h - h0].total[r]));
+      }
     }
   }
 }
 
+// One piece of work: a tile of rows and a range of heads.
+struct attention_item {
+  std::int64_t row0;
+  std::int64_t rows;
+  std::int64_t h0;
+  std::int64_t h1;
+};
+
 template <class T>
 void paged_attention_typed(const paged_attention_args& a) {
-  // The tiles: runs of up to `tile` consecutive rows of one sequence.
+  // The tiles: runs of up to `tile` consecutive rows of one sequence. A tile of several rows
+  // (a prompt's) is a piece of work per head; a row alone (a decode step's) takes all its heads
+  // at once, or as few as leave two pieces of work a worker.
   std::vector<std::int64_t> starts;
+  std::int64_t single = 0;
   for (std::int64_t r = 0; r < a.tokens;) {
     starts.push_back(r);
     std::int64_t e = r + 1;
     while (e < a.tokens && e - r < tile && a.sequence[e] == a.sequence[r]) {
       ++e;
     }
+    single += e - r == 1 ? 1 : 0;
     r = e;
   }
-  const auto tiles = static_cast<std::int64_t>(starts.size());
   starts.push_back(a.tokens);
-  parallel_chunks(tiles * a.heads, 1, [&](std::int64_t lo, std::int64_t hi) {
-    std::vector<float> acc(static_cast<std::size_t>(tile * a.head_dim));
-    std::vector<float> qf(static_cast<std::size_t>(tile * a.head_dim));
-    std::vector<float> kr(static_cast<std::size_t>(key_chunk * a.head_dim));
-    std::vector<float> kt(static_cast<std::size_t>(key_chunk * a.head_dim));
-    for (std::int64_t w = lo; w < hi; ++w) {
-      const std::int64_t t = w / a.heads;
-      const std::int64_t rows = starts[t + 1] - starts[t];
-      if (rows == 1) {
-        attend_tile<T, 1>(a, starts[t], 1, w % a.heads, acc.data(), qf.data(), kr.data(),
-                          kt.data());
-      } else {
-        attend_tile<T, tile>(a, starts[t], rows, w % a.heads, acc.data(), qf.data(), kr.data(),
-                             kt.data());
-      }
+  const std::int64_t wanted = 2 * static_cast<std::int64_t>(backend_concurrency());
+  const std::int64_t splits =
+      single == 0 ? 1 : std::clamp((wanted + single - 1) / single, std::int64_t{1}, a.heads);
+  const std::int64_t per_item = (a.heads + splits - 1) / splits;
+  std::vector<attention_item> items;
+  for (std::size_t t = 0; t + 1 < starts.size(); ++t) {
+    const std::int64_t rows = starts[t + 1] - starts[t];
+    const std::int64_t step = rows == 1 ? per_item : 1;
+    for (std::int64_t h = 0; h < a.heads; h += step) {
+      items.push_back({starts[t], rows, h, std::min(a.heads, h + step)});
     }
-  });
+  }
+  parallel_chunks(
+      static_cast<std::int64_t>(items.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
+        const auto hd = static_cast<std::size_t>(a.head_dim);
+        const auto most_heads = static_cast<std::size_t>(std::max<std::int64_t>(per_item, tile));
+        std::vector<float> acc(most_heads * hd);
+        std::vector<float> qf(most_heads * hd);
+        std::vector<tile_state> st(most_heads);
+        std::vector<float> kr(key_chunk * hd);
+        std::vector<float> kt(key_chunk * hd);
+        for (std::int64_t w = lo; w < hi; ++w) {
+          const attention_item& it = items[static_cast<std::size_t>(w)];
+          if (it.rows == 1) {
+            attend_tile<T, 1>(a, it.row0, 1, it.h0, it.h1, acc.data(), qf.data(), st.data(),
+                              kr.data(), kt.data());
+          } else {
+            attend_tile<T, tile>(a, it.row0, it.rows, it.h0, it.h1, acc.data(), qf.data(),
+                                 st.data(), kr.data(), kt.data());
+          }
+        }
+      });
 }
 
 template <class F>
