@@ -218,14 +218,15 @@ TEST_SUITE("ops.lm") {
 
   TEST_CASE("paged_attention over chunks of keys: head sizes 64 and 80, a prompt's tile and a "
             "row alone alike") {
-    // 40 and 37 keys (chunks of 16 and a partial one), one key/value head for two query heads;
-    // sequence 0's 9 rows are a prompt chunk (a tile of 8 rows and one alone).
+    // 20 to 48 keys (chunks of 16 and a partial one), two key/value heads for four query heads;
+    // sequence 0's 9 rows are a prompt chunk (a tile of 8 rows and one alone), then four decode
+    // rows of sequences 1 and 0 in turn (rows alone, all their heads in one piece of work).
     for (const std::int64_t hd : {64, 80}) {
       for (const dtype t : {dtype::float32, dtype::bfloat16}) {
         CAPTURE(hd);
         CAPTURE(t);
-        const std::int64_t heads = 2;
-        const std::int64_t kv_heads = 1;
+        const std::int64_t heads = 4;
+        const std::int64_t kv_heads = 2;
         const std::int64_t bs = 8;
         const std::int64_t blocks = 12;
         const auto kv = static_cast<std::size_t>(blocks * bs * kv_heads * hd);
@@ -239,9 +240,9 @@ TEST_SUITE("ops.lm") {
         for (std::int64_t r = 0; r < 9; ++r) {
           ctx.push_back(32 + r);
         }
-        seq.push_back(1);
-        ctx.push_back(37);
-        const std::int64_t rows = 10;
+        seq.insert(seq.end(), {1, 0, 1, 0});
+        ctx.insert(ctx.end(), {37, 41, 20, 48});
+        const std::int64_t rows = 13;
         const auto qv = rounded(ramp(static_cast<std::size_t>(rows * heads * hd), 0.07F, 0.3F), t);
         const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
         const tensor q = from_vector(qv, {rows, heads * hd}).astype(t);
