@@ -84,10 +84,11 @@ struct gemm_case {
 
 // Shapes across the kernels' edges: products small enough to run unpacked (m · n · k <= 8192);
 // one row, a panel of 6 rows and more, k odd, columns across a 64-column panel (and 16-column
-// vectors) and a 512-column tile, k past a block of 256 steps.
+// vectors) and a 512-column tile, k past a block of 256 steps; the tiled path's last tiles of
+// 4 rows and 15 columns, whose stores into C are masked (100 x 527).
 const std::vector<gemm_case> gemm_shapes{
     {1, 1, 1},      {3, 7, 5},      {1, 300, 70},   {13, 31, 33}, {12, 64, 17},    {25, 64, 100},
-    {96, 128, 512}, {97, 129, 513}, {40, 1030, 70}, {5, 2049, 3}, {130, 515, 600},
+    {96, 128, 512}, {97, 129, 513}, {40, 1030, 70}, {5, 2049, 3}, {130, 515, 600}, {100, 70, 527},
 };
 
 std::vector<float> to_float(const std::vector<bfloat16_t>& v) { return {v.begin(), v.end()}; }

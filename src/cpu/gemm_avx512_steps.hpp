@@ -100,6 +100,10 @@ struct f32_steps : float_word_steps {
   static void store_row(const float* in, element* out, std::int64_t n) {
     std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(float));
   }
+  // The lanes of `mask` of x to out.
+  COTENSOR_AVX512_TARGET static void store(element* out, __m512 x, __mmask16 mask) {
+    _mm512_mask_storeu_ps(out, mask, x);
+  }
 };
 
 // bfloat16: a step is a pair of k.
@@ -129,13 +133,17 @@ struct bf16_steps {
     const element* lo = b + 2 * p * n + col0;
     const element* hi = 2 * p + 1 < k ? lo + n : nullptr;
     if (cols == nr) {
-      for (std::int64_t j = 0; j < nr; j += 16) {
-        const __m512i l =
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + j)));
-        const __m512i h = hi == nullptr ? _mm512_setzero_si512()
-                                        : _mm512_cvtepu16_epi32(_mm256_loadu_si256(
-                                              reinterpret_cast<const __m256i*>(hi + j)));
-        _mm512_storeu_si512(out + j, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+      // 32 columns of both rows a 64-byte load each, interleaved by two vpermt2w.
+      alignas(64) static constexpr std::int16_t interleave[32] = {
+          0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+          8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+      const __m512i first = _mm512_load_si512(interleave);
+      const __m512i second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
+      for (std::int64_t j = 0; j < nr; j += 32) {
+        const __m512i l = _mm512_loadu_si512(lo + j);
+        const __m512i h = hi == nullptr ? _mm512_setzero_si512() : _mm512_loadu_si512(hi + j);
+        _mm512_storeu_si512(out + j, _mm512_permutex2var_epi16(l, first, h));
+        _mm512_storeu_si512(out + j + 16, _mm512_permutex2var_epi16(l, second, h));
       }
       return;
     }
@@ -200,23 +208,30 @@ struct bf16_steps {
     return _mm512_dpbf16_ps(acc, a, b);
   }
 
-  // out[j] = bfloat16_t(in[j]): rounded to nearest even, NaN to the quiet NaN of its payload
-  // (bfloat16_bits_from_float in lanes; vcvtneps2bf16 would flush denormals).
+  // bfloat16_t(x) in the low half of each lane: rounded to nearest even, NaN to the quiet NaN
+  // of its payload (bfloat16_bits_from_float in lanes; vcvtneps2bf16 would flush denormals).
+  COTENSOR_AVX512_TARGET static __m512i bits_of(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i bits = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
+    return _mm512_mask_or_epi32(bits, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
+  }
+  // out[j] = bfloat16_t(in[j]).
   COTENSOR_AVX512_TARGET static void store_row(const float* in, element* out, std::int64_t n) {
     std::int64_t j = 0;
     for (; j + 16 <= n; j += 16) {
-      const __m512 x = _mm512_loadu_ps(in + j);
-      const __m512i u = _mm512_castps_si512(x);
-      const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-      __m512i bits = _mm512_srli_epi32(
-          _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
-      bits = _mm512_mask_or_epi32(bits, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm512_cvtepi32_epi16(bits));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j),
+                          _mm512_cvtepi32_epi16(bits_of(_mm512_loadu_ps(in + j))));
     }
     for (; j < n; ++j) {
       out[j] = bfloat16_bits_from_float(in[j]);
     }
+  }
+  // bfloat16_t of the lanes of `mask` of x to out.
+  COTENSOR_AVX512_TARGET static void store(element* out, __m512 x, __mmask16 mask) {
+    _mm512_mask_cvtepi32_storeu_epi16(out, mask, bits_of(x));
   }
 };
 
