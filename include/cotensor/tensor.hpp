@@ -131,6 +131,12 @@ public:
       read_to_host(cotensor::dtype::boolean, bytes.get(), "to_vector");
       return std::vector<bool>(bytes.get(), bytes.get() + numel());
     } else {
+      // Computed, on the host and of type T already: the vector copied straight from the
+      // buffer, in one pass (no zeroing first).
+      if (const void* p = host_elements(dtype_of<T>)) {
+        const T* first = static_cast<const T*>(p);
+        return std::vector<T>(first, first + numel());
+      }
       std::vector<T> values(static_cast<std::size_t>(numel()));
       read_to_host(dtype_of<T>, values.data(), "to_vector");
       return values;
@@ -180,6 +186,9 @@ public:
 private:
   void require_defined(const char* what) const;
   void read_to_host(cotensor::dtype t, void* out, const char* what) const;
+  // The elements of a host tensor of dtype `t` with at least one element (the caller waits
+  // first); else null.
+  const void* host_elements(cotensor::dtype t) const noexcept;
 
   std::shared_ptr<detail::storage> storage_;
   cotensor::shape shape_;

@@ -117,54 +117,6 @@ void transpose(const transpose_args& args) {
   }
 }
 
-double sum(const float* in, std::int64_t n) {
-  constexpr std::int64_t chunk = 1 << 14;
-  const std::int64_t chunks = (n + chunk - 1) / chunk;
-  // Partial sums on the stack up to 4 M floats, so that small reductions do not allocate.
-  boost::container::small_vector<double, 256> partial(static_cast<std::size_t>(chunks), 0.0);
-  for_chunks(chunks, 1, [&](std::int64_t lo, std::int64_t hi) {
-    for (std::int64_t c = lo; c < hi; ++c) {
-      const std::int64_t end = std::min(n, (c + 1) * chunk);
-      double acc = 0.0;
-      for (std::int64_t i = c * chunk; i < end; ++i) {
-        acc += in[i];
-      }
-      partial[static_cast<std::size_t>(c)] = acc;
-    }
-  });
-  double total = 0.0;
-  for (double p : partial) {
-    total += p;
-  }
-  return total;
-}
-
-void sum_axis(const float* in,
-              std::int64_t outer,
-              std::int64_t extent,
-              std::int64_t inner,
-              double scale,
-              float* out) {
-  for_chunks(
-      outer,
-      std::max<std::int64_t>(1, elementwise_grain / std::max<std::int64_t>(extent * inner, 1)),
-      [&](std::int64_t lo, std::int64_t hi) {
-        boost::container::small_vector<double, 64> acc(static_cast<std::size_t>(inner));
-        for (std::int64_t o = lo; o < hi; ++o) {
-          std::fill(acc.begin(), acc.end(), 0.0);
-          const float* base = in + o * extent * inner;
-          for (std::int64_t a = 0; a < extent; ++a) {
-            for (std::int64_t i = 0; i < inner; ++i) {
-              acc[static_cast<std::size_t>(i)] += base[a * inner + i];
-            }
-          }
-          for (std::int64_t i = 0; i < inner; ++i) {
-            out[o * inner + i] = static_cast<float>(acc[static_cast<std::size_t>(i)] * scale);
-          }
-        }
-      });
-}
-
 constinit const kernel_table kernel_table_of_cpu{
     .elementwise_dtypes = all_dtypes,
     .matmul_dtypes = static_cast<dtype_set>(all_dtypes & ~dtype_bit(dtype::boolean)),

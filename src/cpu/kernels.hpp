@@ -68,15 +68,6 @@ void unary_span(unary_op op, const float* in, float* out, std::int64_t n);
 /// c[m, n] = a[m, k] · b[k, n], row-major, SGEMM on tiles.
 void sgemm(
     const float* a, const float* b, float* c, std::int64_t m, std::int64_t k, std::int64_t n);
-/// The sum of `n` floats, accumulated in double in fixed chunks: deterministic.
-double sum(const float* in, std::int64_t n);
-/// out[o, i] = scale · Σ_a in[o, a, i] for a tensor viewed as [outer, extent, inner].
-void sum_axis(const float* in,
-              std::int64_t outer,
-              std::int64_t extent,
-              std::int64_t inner,
-              double scale,
-              float* out);
 /// Standard normal float32 samples (kernel_table::randn).
 void randn_float(float* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream);
 

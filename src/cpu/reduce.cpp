@@ -4,6 +4,7 @@
 // result does not depend on the number of threads.
 
 #include "cpu/kernels.hpp"
+#include "cpu/vector_clones.hpp"
 #include "kernels/element.hpp"
 
 #include <boost/container/small_vector.hpp>
@@ -27,6 +28,41 @@ A accumulate(A acc, A x) {
   } else {
     return acc + x;
   }
+}
+
+// The sum of in[0, n) in `lanes` partial sums, element i into lane i % lanes, the lanes added
+// in order at the end: a fixed order (so the same bits whatever the threads) that the compiler
+// vectorises, where one running sum waits on each addition's latency.
+template <class A, class T>
+A lane_sum(const T* in, std::int64_t n) {
+  constexpr std::int64_t lanes = 16;
+  A acc[lanes] = {};
+  std::int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    for (std::int64_t l = 0; l < lanes; ++l) {
+      acc[l] = accumulate(acc[l], static_cast<A>(load(in[i + l])));
+    }
+  }
+  for (std::int64_t l = 0; i < n; ++i, ++l) {
+    acc[l] = accumulate(acc[l], static_cast<A>(load(in[i])));
+  }
+  A total{};
+  for (const A a : acc) {
+    total = accumulate(total, a);
+  }
+  return total;
+}
+
+// float32 and float64, the sums of the long rows, once per vector width.
+COTENSOR_VECTOR_CLONES double lane_sum_of(const float* in, std::int64_t n) {
+  return lane_sum<double>(in, n);
+}
+COTENSOR_VECTOR_CLONES double lane_sum_of(const double* in, std::int64_t n) {
+  return lane_sum<double>(in, n);
+}
+template <class T>
+sum_acc_t<T> lane_sum_of(const T* in, std::int64_t n) {
+  return lane_sum<sum_acc_t<T>>(in, n);
 }
 
 template <class T>
@@ -53,12 +89,9 @@ void sum_typed(const T* in,
     boost::container::small_vector<A, 256> partial(static_cast<std::size_t>(chunks), A{});
     parallel_chunks(chunks, 1, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t c = lo; c < hi; ++c) {
-        const std::int64_t end = std::min(extent, (c + 1) * chunk);
-        A acc{};
-        for (std::int64_t i = c * chunk; i < end; ++i) {
-          acc = accumulate(acc, static_cast<A>(load(in[i])));
-        }
-        partial[static_cast<std::size_t>(c)] = acc;
+        const std::int64_t begin = c * chunk;
+        partial[static_cast<std::size_t>(c)] =
+            lane_sum_of(in + begin, std::min(extent, begin + chunk) - begin);
       }
     });
     A total{};
@@ -135,15 +168,6 @@ void reduce(const reduce_args& args) {
   const std::int64_t inner = args.inner;
   const double scale = args.scale;
   void* out = args.out;
-  if (args.t == dtype::float32 && args.op == reduce_op::sum) {  // the common case, as it always was
-    const auto* f = static_cast<const float*>(args.in);
-    if (outer == 1 && inner == 1) {
-      static_cast<float*>(out)[0] = static_cast<float>(sum(f, extent) * scale);
-    } else {
-      sum_axis(f, outer, extent, inner, scale, static_cast<float*>(out));
-    }
-    return;
-  }
   visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const auto* p = static_cast<const T*>(args.in);

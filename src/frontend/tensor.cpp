@@ -80,6 +80,13 @@ void tensor::read_to_host(cotensor::dtype t, void* out, const char* what) const 
       {.from = dtype(), .in = storage_->raw(), .to = t, .out = out, .n = numel()});
 }
 
+const void* tensor::host_elements(cotensor::dtype t) const noexcept {
+  if (storage_ == nullptr || !device().is_cpu() || dtype() != t || numel() == 0) {
+    return nullptr;
+  }
+  return storage_->raw();
+}
+
 tensor tensor::to(cotensor::device d) const {
   const auto& src = detail::checked(*this, "to");
   detail::require_device("to", d);
