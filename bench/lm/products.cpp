@@ -3,13 +3,16 @@
 // 12 layers, 170 MB of bfloat16 weights, more than the caches hold) for a batch of m rows, each
 // product waited for, as the row-path GEMM (cpu/gemm_rows_avx512.cpp) runs them in a step of m
 // sequences. Prints, per dtype and m, the median milliseconds for all 48 and the weights' bytes
-// read per second (to set beside `cotensor_bench_lm --triad`).
+// read per second (to set beside `cotensor_bench_lm --triad`): `matmul` with the weights as they
+// are (B read in place for up to 64 rows), and `_packed`, the weights laid out once as the
+// language models hold them (detail::packed_matrix: the GEMM's panels, the same bits).
 //
 //   cotensor_bench_lm_products [--repeat N] [--quick]   (--quick: layers of width 64, one run)
 
 #include <cotensor/cotensor.hpp>
 
 #include "../common.hpp"
+#include "frontend/packed_matmul.hpp"
 
 #include <cstdio>
 #include <string>
@@ -36,18 +39,23 @@ int main(int argc, char** argv) try {
           bytes += static_cast<double>(s.k * s.n) * static_cast<double>(itemsize(t));
         }
       }
+      const std::vector<detail::packed_matrix> packed(weights.begin(), weights.end());
       wait_all();
-      const double seconds = cotensor_bench::median_seconds(opts.repeat, [&] {
-        const auto start = cotensor_bench::clock_type::now();
-        for (std::size_t i = 0; i < weights.size(); ++i) {
-          matmul(inputs[i], weights[i]).wait();
-        }
-        return cotensor_bench::seconds_since(start);
-      });
-      const std::string figure =
-          std::string("products_") + std::string(name(t)) + "_rows" + std::to_string(m);
-      cotensor_bench::print((figure + "_ms").c_str(), seconds * 1e3);
-      cotensor_bench::print((figure + "_weight_gb_s").c_str(), bytes / seconds / 1e9);
+      const auto report = [&](const std::string& suffix, const auto& product) {
+        const double seconds = cotensor_bench::median_seconds(opts.repeat, [&] {
+          const auto start = cotensor_bench::clock_type::now();
+          for (std::size_t i = 0; i < weights.size(); ++i) {
+            product(i).wait();
+          }
+          return cotensor_bench::seconds_since(start);
+        });
+        const std::string figure =
+            std::string("products_") + std::string(name(t)) + "_rows" + std::to_string(m) + suffix;
+        cotensor_bench::print((figure + "_ms").c_str(), seconds * 1e3);
+        cotensor_bench::print((figure + "_weight_gb_s").c_str(), bytes / seconds / 1e9);
+      };
+      report("", [&](std::size_t i) { return matmul(inputs[i], weights[i]); });
+      report("_packed", [&](std::size_t i) { return detail::matmul(inputs[i], packed[i]); });
     }
   }
   return 0;

@@ -187,4 +187,22 @@ void matmul(const matmul_args& args) {
   });
 }
 
+// Packed only for cotensor's own kernels, and only when the kernel chosen now is one of them.
+std::int64_t packed_b_elements(dtype t, std::int64_t k, std::int64_t n) {
+  const bool own =
+      (t == dtype::float32 && f32_gemm_kernel_for_this_call() == gemm_kernel::avx512) ||
+      (t == dtype::bfloat16 && bf16_gemm_kernel_for_this_call() == gemm_kernel::avx512_bf16);
+  return own ? packed_b_elements_avx512(t, k, n) : 0;
+}
+
+void pack_b(const pack_b_args& args) { pack_b_avx512(args.t, args.b, args.packed, args.k, args.n); }
+
+void matmul_packed(const matmul_args& args) {
+  const std::size_t item = itemsize(args.t);
+  for (std::int64_t i = 0; i < args.batch; ++i) {
+    gemm_packed_avx512(args.t, offset_bytes(args.a, i * args.a_stride, item), args.b,
+                       offset_bytes(args.c, i * args.m * args.n, item), args.m, args.k, args.n);
+  }
+}
+
 }  // namespace cotensor::detail::cpu

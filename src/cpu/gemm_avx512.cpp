@@ -195,15 +195,17 @@ struct column_packing {
   std::int64_t packed;
 };
 
+// c = a · b; `prepacked` (when set) is B already in panels (pack_b), and `b` is then unused.
 template <class Steps>
 void gemm(const typename Steps::element* a,
           const typename Steps::element* b,
           typename Steps::element* c,
           std::int64_t m,
           std::int64_t k,
-          std::int64_t n) {
+          std::int64_t n,
+          const typename Steps::word* prepacked = nullptr) {
   using word = typename Steps::word;
-  if (m <= row_path_rows || m * n * k <= small_product) {
+  if (prepacked == nullptr && (m <= row_path_rows || m * n * k <= small_product)) {
     row_gemm<Steps>(a, b, c, m, k, n);
     return;
   }
@@ -244,21 +246,34 @@ void gemm(const typename Steps::element* a,
   // B is packed as the workers reach it, a column tile's panels by the workers that first need
   // them: no pass over B before the first product, and the workers that start on a column tile
   // pack its panels together.
-  const std::int64_t col_tiles = (n + nc - 1) / nc;
-  const gemm_scratch<word> packed_b(b_panels * steps * nr);
-  const gemm_scratch<column_packing> packing(col_tiles);
-  std::fill(packing.get(), packing.get() + col_tiles, column_packing{0, 0});
+  // Over packed B, few rows take narrower column tiles, two a worker at least: their time is
+  // B's reading, which the workers share by columns.
+  const std::int64_t workers = std::max(1, backend_concurrency());
+  const std::int64_t tile_panels =
+      prepacked == nullptr || m > mc
+          ? nc / nr
+          : std::clamp<std::int64_t>(b_panels / (2 * workers), 1, nc / nr);
+  const std::int64_t tile_cols = tile_panels * nr;
+  const std::int64_t col_tiles = (n + tile_cols - 1) / tile_cols;
+  const gemm_scratch<word> packed_scratch(prepacked == nullptr ? b_panels * steps * nr : 0);
+  const word* const packed_b = prepacked != nullptr ? prepacked : packed_scratch.get();
+  const gemm_scratch<column_packing> packing(prepacked == nullptr ? col_tiles : 0);
+  std::fill(packing.get(), packing.get() + (prepacked == nullptr ? col_tiles : 0),
+            column_packing{0, 0});
   const auto pack_columns = [&](std::int64_t tile) {
+    if (prepacked != nullptr) {
+      return;
+    }
     const std::atomic_ref claimed(packing.get()[tile].claimed);
     const std::atomic_ref packed(packing.get()[tile].packed);
-    const std::int64_t first = tile * (nc / nr);
-    const std::int64_t panels = std::min(nc / nr, b_panels - first);
+    const std::int64_t first = tile * tile_panels;
+    const std::int64_t panels = std::min(tile_panels, b_panels - first);
     if (packed.load(std::memory_order_acquire) == panels) {
       return;
     }
     for (std::int64_t i = 0; (i = claimed.fetch_add(1, std::memory_order_relaxed)) < panels;) {
       pack_b_panel<Steps>(b, k, n, (first + i) * nr, steps,
-                          packed_b.get() + (first + i) * steps * nr);
+                          packed_scratch.get() + (first + i) * steps * nr);
       packed.fetch_add(1, std::memory_order_release);
     }
     // The panels left are being packed by other workers, one panel each at most.
@@ -273,9 +288,9 @@ void gemm(const typename Steps::element* a,
   const auto run_tile = [&](std::int64_t col_tile, std::int64_t panel0, std::int64_t panels) {
     pack_columns(col_tile);
     const std::int64_t i0 = panel0 * mr;
-    const std::int64_t j0 = col_tile * nc;
+    const std::int64_t j0 = col_tile * tile_cols;
     const std::int64_t rows = std::min(panels * mr, m - i0);
-    const std::int64_t cols = std::min(nc, n - j0);
+    const std::int64_t cols = std::min(tile_cols, n - j0);
     const std::int64_t col_panels = (cols + nr - 1) / nr;
     const std::int64_t lds = col_panels * nr;
     float* const sums = partial_sums(panels * mr * lds);
@@ -285,7 +300,7 @@ void gemm(const typename Steps::element* a,
       for (std::int64_t ip = 0; ip < panels; ++ip) {
         const a_panel<Steps> ap = panel_of_a(panel0 + ip, p0);
         for (std::int64_t jp = 0; jp < col_panels; ++jp) {
-          const word* bp = packed_b.get() + (j0 / nr + jp) * steps * nr + p0 * nr;
+          const word* bp = packed_b + (j0 / nr + jp) * steps * nr + p0 * nr;
           const tile_sums<Steps> io{sums + ip * mr * lds + jp * nr,
                                     lds,
                                     p0 == 0,
@@ -304,9 +319,8 @@ void gemm(const typename Steps::element* a,
   // workers end within a panel's time of each other whatever the shape and however late a
   // worker joins.
   const std::int64_t work = col_tiles * a_panels;
-  const std::int64_t workers = std::clamp<std::int64_t>(backend_concurrency(), 1, work);
   std::atomic<std::int64_t> cursor{0};
-  parallel_tiles(workers, [&](std::int64_t) {
+  parallel_tiles(std::min(workers, work), [&](std::int64_t) {
     std::int64_t q = cursor.load(std::memory_order_relaxed);
     for (;;) {
       std::int64_t take = 0;
@@ -357,6 +371,57 @@ void bf16_gemm_avx512(const bfloat16_t* a,
                      reinterpret_cast<const std::uint16_t*>(b), c16, m, k, n);
   }
 }
+namespace {
+
+template <class Steps>
+std::int64_t packed_words(std::int64_t k, std::int64_t n) {
+  return (n + nr - 1) / nr * Steps::steps(k) * nr;
+}
+
+template <class Steps>
+void pack_b(const void* b, void* out, std::int64_t k, std::int64_t n) {
+  const std::int64_t steps = Steps::steps(k);
+  const auto* e = static_cast<const typename Steps::element*>(b);
+  auto* w = static_cast<typename Steps::word*>(out);
+  parallel_tiles((n + nr - 1) / nr, [&](std::int64_t j) {
+    pack_b_panel<Steps>(e, k, n, j * nr, steps, w + j * steps * nr);
+  });
+}
+
+template <class Steps>
+void gemm_packed(
+    const void* a, const void* packed, void* c, std::int64_t m, std::int64_t k, std::int64_t n) {
+  using element = typename Steps::element;
+  auto* ce = static_cast<element*>(c);
+  if (!trivial(ce, m, k, n)) {
+    gemm<Steps>(static_cast<const element*>(a), nullptr, ce, m, k, n,
+                static_cast<const typename Steps::word*>(packed));
+  }
+}
+
+}  // namespace
+
+std::int64_t packed_b_elements_avx512(dtype t, std::int64_t k, std::int64_t n) {
+  return t == dtype::bfloat16 ? 2 * packed_words<bf16_steps>(k, n) : packed_words<f32_steps>(k, n);
+}
+
+void pack_b_avx512(dtype t, const void* b, void* packed, std::int64_t k, std::int64_t n) {
+  if (k > 0 && n > 0) {
+    t == dtype::bfloat16 ? pack_b<bf16_steps>(b, packed, k, n) : pack_b<f32_steps>(b, packed, k, n);
+  }
+}
+
+void gemm_packed_avx512(dtype t,
+                        const void* a,
+                        const void* packed,
+                        void* c,
+                        std::int64_t m,
+                        std::int64_t k,
+                        std::int64_t n) {
+  t == dtype::bfloat16 ? gemm_packed<bf16_steps>(a, packed, c, m, k, n)
+                       : gemm_packed<f32_steps>(a, packed, c, m, k, n);
+}
+
 bool f16_gemm_rows_avx512(const float16_t* a,
                           const float16_t* b,
                           float16_t* c,
@@ -379,6 +444,14 @@ bool f16_gemm_rows_avx512(
   return false;
 }
 void sgemm_avx512(const float*, const float*, float*, std::int64_t, std::int64_t, std::int64_t) {
+  throw std::runtime_error("cotensor: the AVX-512 GEMM is not built for this CPU");
+}
+std::int64_t packed_b_elements_avx512(dtype, std::int64_t, std::int64_t) { return 0; }
+void pack_b_avx512(dtype, const void*, void*, std::int64_t, std::int64_t) {
+  throw std::runtime_error("cotensor: the AVX-512 GEMM is not built for this CPU");
+}
+void gemm_packed_avx512(
+    dtype, const void*, const void*, void*, std::int64_t, std::int64_t, std::int64_t) {
   throw std::runtime_error("cotensor: the AVX-512 GEMM is not built for this CPU");
 }
 void bf16_gemm_avx512(

@@ -45,6 +45,25 @@ void bf16_gemm_avx512(const bfloat16_t* a,
                       std::int64_t k,
                       std::int64_t n);
 
+/// B [k, n] (float32, or bfloat16 where the CPU runs AVX-512 BF16) laid out once for
+/// gemm_packed_avx512, as the GEMMs above pack it for each call: panels of 64 columns, zero
+/// padded; the number of elements of B's dtype it takes (0 for an empty B). Weights multiplied
+/// at every decode step are packed once so: each worker then reads its columns of B as long
+/// contiguous runs, where B in place is a strip of a few hundred bytes per row.
+std::int64_t packed_b_elements_avx512(dtype t, std::int64_t k, std::int64_t n);
+/// packed[0, packed_b_elements_avx512(t, k, n)) = B [k, n] laid out so, in parallel.
+void pack_b_avx512(dtype t, const void* b, void* packed, std::int64_t k, std::int64_t n);
+/// c[m, n] = a[m, k] · B for B packed by pack_b_avx512: the same bits as sgemm_avx512 and
+/// bf16_gemm_avx512 on B, whatever m (the tiled path for every m, its column tiles narrower for
+/// few rows), in parallel on the backend's workers.
+void gemm_packed_avx512(dtype t,
+                        const void* a,
+                        const void* packed,
+                        void* c,
+                        std::int64_t m,
+                        std::int64_t k,
+                        std::int64_t n);
+
 /// c[m, n] = a[m, k] · b[k, n], row-major float16, for few rows (a decode step): B's halves
 /// converted to float32 as they are read, the float32 kernel's sums, rounded once; the same bits
 /// as converting the operands and running sgemm_avx512. Returns false, doing nothing, for more

@@ -183,6 +183,15 @@ struct matmul_args {
   std::int64_t b_stride;
 };
 
+/// B [k, n] laid out for matmul_packed (kernel_table::packed_b_elements says how large).
+struct pack_b_args {
+  dtype t;
+  const void* b;
+  void* packed;
+  std::int64_t k;
+  std::int64_t n;
+};
+
 /// out[cols, rows] = in[rows, cols]ᵀ.
 struct transpose_args {
   dtype t;
@@ -361,6 +370,12 @@ struct kernel_table {
   void (*unary)(const unary_args&);
   void (*where)(const where_args&);
   void (*matmul)(const matmul_args&);
+  /// The elements of dtype t that B [k, n] takes laid out for matmul_packed; 0 when this device
+  /// (or this CPU, or the GEMM kernel chosen now) multiplies t without. Null: never.
+  std::int64_t (*packed_b_elements)(dtype t, std::int64_t k, std::int64_t n);
+  void (*pack_b)(const pack_b_args&);
+  /// matmul_args with `b` laid out by pack_b (b_stride unused): the same bits as matmul.
+  void (*matmul_packed)(const matmul_args&);
   void (*transpose)(const transpose_args&);
   void (*reduce)(const reduce_args&);
   void (*copy_rows)(const copy_rows_args&);

@@ -92,7 +92,7 @@ tensor model::impl::llama_forward(tensor h, const tensor& mask) const {
     const tensor rotated = concat({slice(x, 1, half, hd) * -1.0, slice(x, 1, 0, half)}, 1);
     return x * cos_t + rotated * sin_t;
   };
-  const auto project = [](const tensor& x, const tensor& w, const tensor& b) {
+  const auto project = [](const tensor& x, const linear& w, const tensor& b) {
     return b.defined() ? matmul(x, w) + b : matmul(x, w);
   };
   const std::int64_t group = heads / kv_heads;
@@ -147,7 +147,7 @@ tensor model::impl::step(const step_inputs& in, const kv_cache& cache) const {
     }
     h = layer_norm(index_select(h, 0, in.logit_rows), norm_w, norm_b, eps);
   } else {
-    const auto project = [](const tensor& x, const tensor& w, const tensor& b) {
+    const auto project = [](const tensor& x, const linear& w, const tensor& b) {
       return b.defined() ? matmul(x, w) + b : matmul(x, w);
     };
     for (std::size_t l = 0; l < llama_blocks.size(); ++l) {

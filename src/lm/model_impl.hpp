@@ -6,6 +6,8 @@
 #include "cotensor/lm.hpp"
 #include "cotensor/tensor.hpp"
 
+#include "frontend/packed_matmul.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -30,13 +32,32 @@ struct step_inputs {
 
 struct model::impl {
   enum class family : std::uint8_t { gpt2, llama };
+  // The weights of the products, x · w with w [in, out], laid out once for the device's GEMM
+  // (detail::packed_matrix: the same bits as matmul with w).
+  using linear = detail::packed_matrix;
   struct gpt2_block {
-    tensor ln1_w, ln1_b, attn_w, attn_b, attn_proj_w, attn_proj_b;
-    tensor ln2_w, ln2_b, fc_w, fc_b, mlp_proj_w, mlp_proj_b;
+    tensor ln1_w, ln1_b;
+    linear attn_w;
+    tensor attn_b;
+    linear attn_proj_w;
+    tensor attn_proj_b, ln2_w, ln2_b;
+    linear fc_w;
+    tensor fc_b;
+    linear mlp_proj_w;
+    tensor mlp_proj_b;
   };
   // Linear weights transposed at load ([in, out]): x · w. Biases empty where there are none.
   struct llama_block {
-    tensor in_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, post_norm, gate_w, up_w, down_w;
+    tensor in_norm;
+    linear q_w;
+    tensor q_b;
+    linear k_w;
+    tensor k_b;
+    linear v_w;
+    tensor v_b;
+    linear o_w;
+    tensor post_norm;
+    linear gate_w, up_w, down_w;
   };
 
   family kind = family::gpt2;
@@ -52,7 +73,9 @@ struct model::impl {
   double rope_theta = 10000.0;
   cotensor::dtype dtype = cotensor::dtype::float32;
   device where = device::cpu();
-  tensor embed, wpe, head, norm_w, norm_b;
+  tensor embed, wpe;
+  linear head;
+  tensor norm_w, norm_b;
   std::vector<gpt2_block> gpt2_blocks;
   std::vector<llama_block> llama_blocks;
 

@@ -1,0 +1,81 @@
+// detail::packed_matrix (frontend/packed_matmul.hpp): B laid out once by the device's pack_b
+// kernel, products by its matmul_packed kernel.
+
+#include "frontend/packed_matmul.hpp"
+
+#include "cotensor/ops.hpp"
+
+#include "frontend/frontend.hpp"
+
+#include <string>
+#include <utility>
+
+namespace cotensor::detail {
+
+packed_matrix::packed_matrix(const tensor& b) : data_(b) {
+  if (!b.defined()) {
+    return;
+  }
+  if (b.rank() != 2) {
+    throw_invalid("matmul", "a packed right-hand side needs rank 2, got " + b.shape().to_string());
+  }
+  k_ = b.shape()[0];
+  n_ = b.shape()[1];
+  const kernel_table& kt = kernels_for(b.device());
+  const std::int64_t elements =
+      kt.packed_b_elements == nullptr ? 0 : kt.packed_b_elements(b.dtype(), k_, n_);
+  if (elements == 0) {
+    return;
+  }
+  const auto& in = checked(b, "matmul");
+  const shape s{elements};
+  auto out = allocate("matmul", s, b.device(), b.dtype());
+  issue("pack", {in}, {out},
+        [kt = &kt, t = b.dtype(), pin = in.get(), pout = out.get(), k = k_, n = n_] {
+          kt->pack_b({.t = t, .b = pin->raw(), .packed = pout->raw(), .k = k, .n = n});
+        });
+  data_ = tensor(internal, std::move(out), s);
+  packed_ = true;
+}
+
+tensor matmul(const tensor& x, const packed_matrix& b) {
+  if (!b.packed()) {
+    return cotensor::matmul(x, b.data());
+  }
+  const tensor& p = b.data();
+  require_same_device("matmul", x, p);
+  const std::size_t r = x.rank();
+  if (r < 2 || x.shape()[r - 1] != b.rows() || x.dtype() != p.dtype()) {
+    throw_invalid("matmul", "cannot multiply " + x.shape().to_string() + " (" +
+                                std::string(name(x.dtype())) + ") by [" + std::to_string(b.rows()) +
+                                ", " + std::to_string(b.cols()) + "] (" +
+                                std::string(name(p.dtype())) + ")");
+  }
+  const std::int64_t m = x.shape()[r - 2];
+  const std::int64_t k = b.rows();
+  const std::int64_t n = b.cols();
+  extent_buffer extents(x.shape().extents().begin(), x.shape().extents().end() - 1);
+  extents.push_back(n);
+  shape out_shape{std::span<const std::int64_t>(extents)};
+  const std::int64_t batch = m * k == 0 ? 0 : x.numel() / (m * k);
+  const kernel_table& kt = kernels_for(x.device());
+  auto out = allocate("matmul", out_shape, x.device(), x.dtype());
+  const auto& sx = checked(x, "matmul");
+  const auto& sp = checked(p, "matmul");
+  issue("matmul", {sx, sp}, {out},
+        [kt = &kt, t = x.dtype(), px = sx.get(), pp = sp.get(), pc = out.get(), batch, m, k, n] {
+          kt->matmul_packed({.t = t,
+                             .a = px->raw(),
+                             .b = pp->raw(),
+                             .c = pc->raw(),
+                             .batch = batch,
+                             .m = m,
+                             .k = k,
+                             .n = n,
+                             .a_stride = m * k,
+                             .b_stride = 0});
+        });
+  return {internal, std::move(out), std::move(out_shape)};
+}
+
+}  // namespace cotensor::detail

@@ -1,0 +1,147 @@
+// detail::packed_matrix (src/frontend/packed_matmul.hpp), the language models' weights: B laid
+// out once for cotensor's own AVX-512 GEMMs. A product must give the bits of cotensor::matmul
+// with B itself, for every number of rows (few rows take narrower column tiles over the panels;
+// more than 64 the tiled path), batched, across the kernels' edges, and whatever the workers; and
+// where the kernel chosen is not cotensor's own, B is kept as it is.
+
+#include "frontend/packed_matmul.hpp"
+
+#include "cotensor/cotensor.hpp"
+
+#include "support/scoped_environment.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace {
+
+using cotensor::dtype;
+using cotensor::tensor;
+using cotensor::detail::packed_matrix;
+using cotensor::test::scoped_environment;
+
+bool has_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#else
+  return false;
+#endif
+}
+
+bool has_avx512_bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return has_avx512() && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+// Values of many magnitudes, so that a different order of additions changes the bits.
+tensor operand(std::int64_t rows, std::int64_t cols, std::uint32_t seed, dtype t) {
+  std::vector<float> v(static_cast<std::size_t>(rows * cols));
+  std::uint32_t x = seed * 2654435761U + 1U;
+  for (float& e : v) {
+    x = x * 1664525U + 1013904223U;
+    e = static_cast<float>(static_cast<int>((x >> 16) % 9U) - 4) *
+        std::ldexp(1.0F + static_cast<float>(x & 0xFFU) / 256.0F, static_cast<int>(x >> 29) - 4);
+  }
+  return cotensor::from_vector(v, {rows, cols}).astype(t);
+}
+
+// The elements of a and b whose bits differ (both float32 or both bfloat16).
+std::int64_t differing(const tensor& a, const tensor& b) {
+  const auto x = a.astype(dtype::float32).to_vector<float>();
+  const auto y = b.astype(dtype::float32).to_vector<float>();
+  REQUIRE(x.size() == y.size());
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    n += std::signbit(x[i]) != std::signbit(y[i]) || x[i] != y[i] ? 1 : 0;
+  }
+  return n;
+}
+
+struct kind {
+  dtype t;
+  const char* variable;
+  const char* own;
+  const char* other;
+  bool runs;
+};
+
+std::vector<kind> kinds() {
+  return {{dtype::float32, "COTENSOR_GEMM_F32", "avx512", "openblas", has_avx512()},
+          {dtype::bfloat16, "COTENSOR_GEMM_BF16", "avx512_bf16", "convert", has_avx512_bf16()}};
+}
+
+}  // namespace
+
+TEST_SUITE("gemm") {
+  TEST_CASE("a packed B gives matmul's bits for every number of rows, batched, on any workers") {
+    for (const kind& k : kinds()) {
+      CAPTURE(cotensor::name(k.t));
+      if (!k.runs) {
+        MESSAGE("this CPU lacks the instructions of cotensor's own ", cotensor::name(k.t),
+                " GEMM: packing is not tested here");
+        continue;
+      }
+      const scoped_environment forced(k.variable, k.own);
+      // k across a block of 256 steps and odd (bfloat16's pairs); n across the panels of 64
+      // columns and short of a vector.
+      for (const auto& [depth, cols] : {std::pair{300, 527}, std::pair{129, 70}}) {
+        const tensor b = operand(depth, cols, 11, k.t);
+        const packed_matrix packed(b);
+        CHECK(packed.packed());
+        CHECK(packed.rows() == depth);
+        CHECK(packed.cols() == cols);
+        for (const std::int64_t rows : {1, 2, 5, 6, 7, 13, 64, 65, 100}) {
+          CAPTURE(depth);
+          CAPTURE(rows);
+          const tensor a = operand(rows, depth, 12 + static_cast<std::uint32_t>(rows), k.t);
+          CHECK(differing(cotensor::detail::matmul(a, packed), cotensor::matmul(a, b)) == 0);
+        }
+        const tensor batched = cotensor::reshape(operand(3 * 4, depth, 13, k.t), {3, 4, depth});
+        const tensor got = cotensor::detail::matmul(batched, packed);
+        CHECK(got.shape() == cotensor::shape{3, 4, cols});
+        CHECK(differing(got, cotensor::matmul(batched, b)) == 0);
+      }
+      const tensor a = operand(9, 300, 14, k.t);
+      const tensor b = operand(300, 700, 15, k.t);
+      const tensor want = cotensor::matmul(a, b);
+      for (const unsigned workers : {1U, 3U}) {
+        const cotensor::runtime rt({.worker_threads = workers});
+        const packed_matrix packed(b);
+        CHECK(differing(cotensor::detail::matmul(a, packed), want) == 0);
+      }
+    }
+  }
+
+  TEST_CASE(
+      "B is kept as it is where the kernel is not cotensor's own, and bad shapes are refused") {
+    for (const kind& k : kinds()) {
+      CAPTURE(cotensor::name(k.t));
+      const scoped_environment forced(k.variable, k.other);
+      const tensor b = operand(40, 30, 21, k.t);
+      const packed_matrix kept(b);
+      CHECK_FALSE(kept.packed());
+      const tensor a = operand(3, 40, 22, k.t);
+      CHECK(differing(cotensor::detail::matmul(a, kept), cotensor::matmul(a, b)) == 0);
+    }
+    CHECK_FALSE(packed_matrix(tensor()).defined());
+    CHECK_THROWS_AS(packed_matrix(cotensor::ones({2, 3, 4})), std::invalid_argument);
+    if (has_avx512()) {
+      const scoped_environment forced("COTENSOR_GEMM_F32", "avx512");
+      const packed_matrix packed(cotensor::ones({4, 5}));
+      REQUIRE(packed.packed());
+      CHECK_THROWS_AS(cotensor::detail::matmul(cotensor::ones({2, 3}), packed),
+                      std::invalid_argument);
+      CHECK_THROWS_AS(cotensor::detail::matmul(cotensor::ones({4}), packed), std::invalid_argument);
+      CHECK_THROWS_AS(
+          cotensor::detail::matmul(cotensor::ones({2, 4}).astype(dtype::bfloat16), packed),
+          std::invalid_argument);
+    }
+  }
+}
