@@ -57,6 +57,13 @@ struct tile_sums {
   std::int64_t cols;
 };
 
+// B's words that a micro tile asks the L2 cache for as it runs, for the tile after it: from
+// `next`, `bytes_per_step` bytes a step (none when 0).
+struct b_ahead {
+  const char* next = nullptr;
+  std::int64_t bytes_per_step = 0;
+};
+
 // The lanes of a vector whose first column is `left` columns before the tile's last.
 COTENSOR_AVX512_TARGET inline __mmask16 lanes(std::int64_t left) {
   return left >= 16 ? __mmask16{0xFFFF}
@@ -70,7 +77,8 @@ template <class Steps, int vectors>
 COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
                                        const typename Steps::word* b,
                                        std::int64_t steps,
-                                       const tile_sums<Steps>& io) {
+                                       const tile_sums<Steps>& io,
+                                       b_ahead ahead) {
   __mmask16 mask[vectors];
 #pragma GCC unroll 4
   for (int v = 0; v < vectors; ++v) {
@@ -88,6 +96,10 @@ COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
   }
   const typename Steps::word* ap = a.a;
   for (std::int64_t p = 0; p < steps; ++p) {
+    for (std::int64_t byte = 0; byte < ahead.bytes_per_step; byte += 64) {
+      _mm_prefetch(ahead.next + byte, _MM_HINT_T1);
+    }
+    ahead.next += ahead.bytes_per_step;
     decltype(Steps::load_b(b)) bv[vectors];
 #pragma GCC unroll 4
     for (int v = 0; v < vectors; ++v) {
@@ -125,16 +137,17 @@ template <class Steps>
 COTENSOR_AVX512_TARGET void micro_tile_columns(a_panel<Steps> a,
                                                const typename Steps::word* b,
                                                std::int64_t steps,
-                                               const tile_sums<Steps>& io) {
+                                               const tile_sums<Steps>& io,
+                                               b_ahead ahead = {}) {
   switch ((io.cols + 15) / 16) {
   case 1:
-    return micro_tile<Steps, 1>(a, b, steps, io);
+    return micro_tile<Steps, 1>(a, b, steps, io, ahead);
   case 2:
-    return micro_tile<Steps, 2>(a, b, steps, io);
+    return micro_tile<Steps, 2>(a, b, steps, io, ahead);
   case 3:
-    return micro_tile<Steps, 3>(a, b, steps, io);
+    return micro_tile<Steps, 3>(a, b, steps, io, ahead);
   default:
-    return micro_tile<Steps, 4>(a, b, steps, io);
+    return micro_tile<Steps, 4>(a, b, steps, io, ahead);
   }
 }
 
@@ -294,21 +307,49 @@ void gemm(const typename Steps::element* a,
     const std::int64_t col_panels = (cols + nr - 1) / nr;
     const std::int64_t lds = col_panels * nr;
     float* const sums = partial_sums(panels * mr * lds);
-    for (std::int64_t p0 = 0; p0 < steps; p0 += kc) {
+    const auto run = [&](std::int64_t ip, std::int64_t jp, std::int64_t p0, b_ahead ahead) {
       const std::int64_t block = std::min(kc, steps - p0);
-      const bool last = p0 + block == steps;
-      for (std::int64_t ip = 0; ip < panels; ++ip) {
-        const a_panel<Steps> ap = panel_of_a(panel0 + ip, p0);
-        for (std::int64_t jp = 0; jp < col_panels; ++jp) {
-          const word* bp = packed_b + (j0 / nr + jp) * steps * nr + p0 * nr;
-          const tile_sums<Steps> io{sums + ip * mr * lds + jp * nr,
-                                    lds,
-                                    p0 == 0,
-                                    last ? c + (i0 + ip * mr) * n + j0 + jp * nr : nullptr,
-                                    n,
-                                    std::min(mr, rows - ip * mr),
-                                    std::min(nr, cols - jp * nr)};
-          micro_tile_columns<Steps>(ap, bp, block, io);
+      const tile_sums<Steps> io{sums + ip * mr * lds + jp * nr,
+                                lds,
+                                p0 == 0,
+                                p0 + block == steps ? c + (i0 + ip * mr) * n + j0 + jp * nr
+                                                    : nullptr,
+                                n,
+                                std::min(mr, rows - ip * mr),
+                                std::min(nr, cols - jp * nr)};
+      micro_tile_columns<Steps>(panel_of_a(panel0 + ip, p0),
+                                packed_b + (j0 / nr + jp) * steps * nr + p0 * nr, block, io, ahead);
+    };
+    if (prepacked == nullptr || panels == 1 || m > row_path_rows) {
+      // A's panel of 6 rows in L1 while a block of B's panels streams from L2.
+      for (std::int64_t p0 = 0; p0 < steps; p0 += kc) {
+        for (std::int64_t ip = 0; ip < panels; ++ip) {
+          for (std::int64_t jp = 0; jp < col_panels; ++jp) {
+            run(ip, jp, p0, {});
+          }
+        }
+      }
+      return;
+    }
+    // Few rows over packed B (a decode step of many sequences), where B's reading is most of
+    // the time: each block of a panel of B (64 KiB) read from memory by the first panel of A,
+    // from L2 by the others, which meanwhile ask for the next block, so that memory and the
+    // multiply-adds overlap.
+    for (std::int64_t jp = 0; jp < col_panels; ++jp) {
+      for (std::int64_t p0 = 0; p0 < steps; p0 += kc) {
+        const std::int64_t next_jp = p0 + kc < steps ? jp : jp + 1;
+        const std::int64_t next_p0 = p0 + kc < steps ? p0 + kc : 0;
+        const std::int64_t next_bytes =
+            next_jp < col_panels
+                ? std::min(kc, steps - next_p0) * nr * static_cast<std::int64_t>(sizeof(word))
+                : 0;
+        const auto* next = reinterpret_cast<const char*>(
+            packed_b + (j0 / nr + next_jp) * steps * nr + next_p0 * nr);
+        const std::int64_t share = (next_bytes + panels - 1) / panels;
+        const std::int64_t block = std::min(kc, steps - p0);
+        const std::int64_t per_step = (share + 64 * block - 1) / (64 * block) * 64;
+        for (std::int64_t ip = 0; ip < panels; ++ip) {
+          run(ip, jp, p0, next_bytes == 0 ? b_ahead{} : b_ahead{next + ip * share, per_step});
         }
       }
     }
