@@ -1,6 +1,8 @@
 // The unary elementwise loops. exp, log, tanh and sigmoid go through glibc's vector math
 // library (libmvec) where it is there: sixteen lanes per call on AVX-512, eight on AVX2,
 // ~0.5 ns an element on this project's machine against ~8 ns for a libm call per element.
+// gelu's tanh form (GPT-2's) is computed in double on libmvec's double exp and rounded once,
+// as its scalar form is: the same floats for all of 2^20 normal samples, 3.3x faster.
 // libmvec's float functions are within 4 ulp of the exact result (measured over every 97th
 // float: exp 2.6, log 3.9, tanh 1.4), where libm's are within 1; NumPy and PyTorch make the
 // same trade. The result of an element does not depend on its position or on the tensor's
@@ -35,6 +37,8 @@ __attribute__((target("avx512f"))) __m512 _ZGVeN16v_tanhf(__m512 x);
 __attribute__((target("avx2"))) __m256 _ZGVdN8v_expf(__m256 x);
 __attribute__((target("avx2"))) __m256 _ZGVdN8v_logf(__m256 x);
 __attribute__((target("avx2"))) __m256 _ZGVdN8v_tanhf(__m256 x);
+__attribute__((target("avx512f"))) __m512d _ZGVeN8v_exp(__m512d x);
+__attribute__((target("avx2"))) __m256d _ZGVdN4v_exp(__m256d x);
 }
 #endif
 
@@ -84,10 +88,29 @@ decltype(auto) with_unary(unary_op op, F&& f) {
 
 #if COTENSOR_HAVE_LIBMVEC
 
+// gelu_tanh's expression in double, x / (1 + e^(−2u)) with u = √(2/π)·(x + 0.044715·x³), on
+// libmvec's double exp (within 4 ulp of double), rounded once to float as the scalar one is.
+__attribute__((target("avx512f"), always_inline)) inline __m512d gelu_tanh8(__m512d d) {
+  const __m512d u = 0.79788456080286535588 * (d + 0.044715 * d * d * d);
+  return d / (1.0 + _ZGVeN8v_exp(-2.0 * u));
+}
+__attribute__((target("avx2"), always_inline)) inline __m256d gelu_tanh4(__m256d d) {
+  const __m256d u = 0.79788456080286535588 * (d + 0.044715 * d * d * d);
+  return d / (1.0 + _ZGVdN4v_exp(-2.0 * u));
+}
+
 // f(x) on sixteen lanes. Sigmoid is the scalar expression's roundings on libmvec's exp.
 template <unary_op Op>
 __attribute__((target("avx512f"), always_inline)) inline __m512 lanes16(__m512 x) {
-  if constexpr (Op == unary_op::exp) {
+  if constexpr (Op == unary_op::gelu_tanh) {
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    const __m512d hi =
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    const __m256 a = _mm512_cvtpd_ps(gelu_tanh8(lo));
+    const __m256 b = _mm512_cvtpd_ps(gelu_tanh8(hi));
+    return _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1));
+  } else if constexpr (Op == unary_op::exp) {
     return _ZGVeN16v_expf(x);
   } else if constexpr (Op == unary_op::log) {
     return _ZGVeN16v_logf(x);
@@ -108,7 +131,11 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 lanes16(__m512 x
 
 template <unary_op Op>
 __attribute__((target("avx2"), always_inline)) inline __m256 lanes8(__m256 x) {
-  if constexpr (Op == unary_op::exp) {
+  if constexpr (Op == unary_op::gelu_tanh) {
+    const __m128 a = _mm256_cvtpd_ps(gelu_tanh4(_mm256_cvtps_pd(_mm256_castps256_ps128(x))));
+    const __m128 b = _mm256_cvtpd_ps(gelu_tanh4(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(a), b, 1);
+  } else if constexpr (Op == unary_op::exp) {
     return _ZGVdN8v_expf(x);
   } else if constexpr (Op == unary_op::log) {
     return _ZGVdN8v_logf(x);
@@ -195,6 +222,8 @@ bool transcendental_span(unary_op op, const float* in, float* out, std::int64_t 
     return vector_span<unary_op::tanh>(in, out, n);
   case unary_op::sigmoid:
     return vector_span<unary_op::sigmoid>(in, out, n);
+  case unary_op::gelu_tanh:
+    return vector_span<unary_op::gelu_tanh>(in, out, n);
   default:
     return false;
   }
