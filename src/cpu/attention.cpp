@@ -143,19 +143,19 @@ inline void add_scaled(float* __restrict out, float w, const T* __restrict v, st
   }
 }
 
-// kt[i * 16 + c] = rows[c * hd + i] for the 16 keys of a chunk: a transposition of 16 x 16
+// kt[i * 16 + c] = rows[c * stride + i] for the 16 keys of a chunk: a transposition of 16 x 16
 // blocks in registers where the CPU has AVX-512 (about 64 shuffles a block against 256 scalar
 // moves), element by element elsewhere and for the last hd % 16 elements. Data movement only:
 // the same floats whichever way.
 #if COTENSOR_ATTENTION_AVX512
 __attribute__((target("avx512f"), noinline)) void
-transpose_keys_avx512(const float* rows, std::int64_t hd, float* kt) {
+transpose_keys_avx512(const float* rows, std::int64_t stride, std::int64_t hd, float* kt) {
   std::int64_t i0 = 0;
   for (; i0 + 16 <= hd; i0 += 16) {
     __m512 t[16];
     for (int c = 0; c < 16; c += 2) {
-      const __m512 a = _mm512_loadu_ps(rows + c * hd + i0);
-      const __m512 b = _mm512_loadu_ps(rows + (c + 1) * hd + i0);
+      const __m512 a = _mm512_loadu_ps(rows + c * stride + i0);
+      const __m512 b = _mm512_loadu_ps(rows + (c + 1) * stride + i0);
       t[c] = _mm512_unpacklo_ps(a, b);  // per 128-bit lane L: a[4L], b[4L], a[4L+1], b[4L+1]
       t[c + 1] = _mm512_unpackhi_ps(a, b);
     }
@@ -181,22 +181,22 @@ transpose_keys_avx512(const float* rows, std::int64_t hd, float* kt) {
   }
   for (; i0 < hd; ++i0) {
     for (std::int64_t c = 0; c < 16; ++c) {
-      kt[i0 * 16 + c] = rows[c * hd + i0];
+      kt[i0 * 16 + c] = rows[c * stride + i0];
     }
   }
 }
 #endif
 
-void transpose_keys(const float* rows, std::int64_t hd, float* kt) {
+void transpose_keys(const float* rows, std::int64_t stride, std::int64_t hd, float* kt) {
 #if COTENSOR_ATTENTION_AVX512
   if (cpu_has_avx512()) {
-    transpose_keys_avx512(rows, hd, kt);
+    transpose_keys_avx512(rows, stride, hd, kt);
     return;
   }
 #endif
   for (std::int64_t i = 0; i < hd; ++i) {
     for (std::int64_t c = 0; c < 16; ++c) {
-      kt[i * 16 + c] = rows[c * hd + i];
+      kt[i * 16 + c] = rows[c * stride + i];
     }
   }
 }
@@ -215,19 +215,21 @@ inline void to_float(float* __restrict out, const T* __restrict in, std::int64_t
   }
 }
 
-// Asks for the cache lines of `bytes` bytes from p before they are read.
+// Asks the L2 cache for the lines of `bytes` bytes from p before they are read (a chunk's keys
+// and values of every head are more than L1 holds).
 inline void prefetch(const void* p, std::int64_t bytes) {
   for (std::int64_t b = 0; b < bytes; b += 64) {
-    __builtin_prefetch(static_cast<const char*>(p) + b);
+    __builtin_prefetch(static_cast<const char*>(p) + b, 0, 2);
   }
 }
 
 // Rows r0 .. r0 + rows - 1 (rows <= Rows) of one sequence, heads [h0, h1), key chunk by key
 // chunk with every head inside: the chunk's keys and values of all these heads (adjacent in
-// each cache row) are read together, and heads sharing a key/value head transpose its keys
-// once. `acc` and `qf` hold (h1 - h0) * Rows * head_dim floats, `st` h1 - h0 states, `kr`
-// and `kt` 16 * head_dim floats. Each head's arithmetic is the same whatever heads or rows
-// share its tile.
+// each cache row) are converted to float together, cache row by cache row in the order they
+// lie in memory, and heads sharing a key/value head transpose its keys once. `acc` and `qf`
+// hold (h1 - h0) * Rows * head_dim floats, `st` h1 - h0 states, `kr` and `vr` 16 * kv_heads *
+// head_dim floats, `kt` 16 * head_dim. Each head's arithmetic is the same whatever heads or
+// rows share its tile.
 template <class T, int Rows>
 COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_args& a,
                                                          std::int64_t r0,
@@ -238,6 +240,7 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_a
                                                          float* qf,
                                                          tile_state* st,
                                                          float* kr,
+                                                         float* vr,
                                                          float* kt) {
   const std::int64_t hd = a.head_dim;
   const std::int64_t row_width = a.kv_heads * hd;
@@ -271,10 +274,9 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_a
   std::fill(acc, acc + (h1 - h0) * Rows * hd, 0.0F);
   // The cache rows' span these heads read: key/value heads first_kv .. last_kv.
   const std::int64_t first_kv = h0 / group;
-  const std::int64_t span_bytes =
-      ((h1 - 1) / group - first_kv + 1) * hd * static_cast<std::int64_t>(sizeof(T));
+  const std::int64_t span = ((h1 - 1) / group - first_kv + 1) * hd;
+  const std::int64_t span_bytes = span * static_cast<std::int64_t>(sizeof(T));
   std::int64_t slots[key_chunk];
-  const T* values[key_chunk];
   float scores[Rows][key_chunk];
   float weights[key_chunk];
   for (std::int64_t j0 = 0; j0 < most; j0 += key_chunk) {
@@ -293,22 +295,21 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_a
       prefetch(kc + at, span_bytes);
       prefetch(vc + at, span_bytes);
     }
+    for (std::int64_t c = 0; c < key_chunk; ++c) {
+      if (c < n) {
+        const std::int64_t at = slots[c] * row_width + first_kv * hd;
+        to_float(kr + c * span, kc + at, span);
+        to_float(vr + c * span, vc + at, span);
+      } else {
+        std::fill(kr + c * span, kr + (c + 1) * span, 0.0F);
+      }
+    }
     std::int64_t transposed = -1;  // the key/value head whose keys kt holds
     for (std::int64_t h = h0; h < h1; ++h) {
-      const std::int64_t kv_head = h / group;
-      if (kv_head != transposed) {
-        for (std::int64_t c = 0; c < key_chunk; ++c) {
-          if (c < n) {
-            to_float(kr + c * hd, kc + slots[c] * row_width + kv_head * hd, hd);
-          } else {
-            std::fill(kr + c * hd, kr + (c + 1) * hd, 0.0F);
-          }
-        }
-        transpose_keys(kr, hd, kt);
-        for (std::int64_t c = 0; c < n; ++c) {
-          values[c] = vc + slots[c] * row_width + kv_head * hd;
-        }
-        transposed = kv_head;
+      const std::int64_t kv_at = (h / group - first_kv) * hd;  // in a cache row's span
+      if (h / group != transposed) {
+        transpose_keys(kr + kv_at, span, hd, kt);
+        transposed = h / group;
       }
       const float* q = qf + (h - h0) * Rows * hd;
       tile_state& state = st[h - h0];
@@ -350,7 +351,7 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_a
         unary_span(unary_op::exp, scores[r], weights, key_chunk);
         for (std::int64_t c = 0; c < m; ++c) {
           state.total[r] += weights[c];
-          add_scaled(out, weights[c], values[c], hd);
+          add_scaled(out, weights[c], vr + c * span + kv_at, hd);
         }
       }
     }
@@ -410,16 +411,18 @@ void paged_attention_typed(const paged_attention_args& a) {
         std::vector<float> acc(most_heads * hd);
         std::vector<float> qf(most_heads * hd);
         std::vector<tile_state> st(most_heads);
-        std::vector<float> kr(key_chunk * hd);
+        const auto span = static_cast<std::size_t>(a.kv_heads) * hd;
+        std::vector<float> kr(key_chunk * span);
+        std::vector<float> vr(key_chunk * span);
         std::vector<float> kt(key_chunk * hd);
         for (std::int64_t w = lo; w < hi; ++w) {
           const attention_item& it = items[static_cast<std::size_t>(w)];
           if (it.rows == 1) {
             attend_tile<T, 1>(a, it.row0, 1, it.h0, it.h1, acc.data(), qf.data(), st.data(),
-                              kr.data(), kt.data());
+                              kr.data(), vr.data(), kt.data());
           } else {
             attend_tile<T, tile>(a, it.row0, it.rows, it.h0, it.h1, acc.data(), qf.data(),
-                                 st.data(), kr.data(), kt.data());
+                                 st.data(), kr.data(), vr.data(), kt.data());
           }
         }
       });
