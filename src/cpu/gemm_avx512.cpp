@@ -71,9 +71,10 @@ COTENSOR_AVX512_TARGET inline __mmask16 lanes(std::int64_t left) {
                           (1U << static_cast<unsigned>(std::max<std::int64_t>(left, 0))) - 1U);
 }
 
-// The sums of a 6 x (16 * vectors) tile over `steps` steps from a.a, from and to `io`;
-// `vectors` is 4 but in the last panel of a narrower B.
-template <class Steps, int vectors>
+// The sums of a `rows` x (16 * vectors) tile over `steps` steps from a.a, from and to `io`;
+// `vectors` is 4 but in the last panel of a narrower B, `rows` 6 but for a product of one row
+// (a decode step's: no multiply-adds on padding rows, which would hold back the loads of B).
+template <class Steps, int vectors, int rows>
 COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
                                        const typename Steps::word* b,
                                        std::int64_t steps,
@@ -84,9 +85,9 @@ COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
   for (int v = 0; v < vectors; ++v) {
     mask[v] = lanes(io.cols - 16 * v);
   }
-  __m512 acc[mr][vectors];
+  __m512 acc[rows][vectors];
 #pragma GCC unroll 6
-  for (std::int64_t r = 0; r < mr; ++r) {
+  for (std::int64_t r = 0; r < rows; ++r) {
     const bool zero = io.first || r >= io.rows;
 #pragma GCC unroll 4
     for (int v = 0; v < vectors; ++v) {
@@ -106,7 +107,7 @@ COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
       bv[v] = Steps::load_b(b + 16 * v);
     }
 #pragma GCC unroll 6
-    for (std::int64_t r = 0; r < mr; ++r) {
+    for (std::int64_t r = 0; r < rows; ++r) {
       const auto ar = Steps::broadcast(ap[r * a.row_stride]);
 #pragma GCC unroll 4
       for (int v = 0; v < vectors; ++v) {
@@ -117,7 +118,7 @@ COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
     b += nr;
   }
 #pragma GCC unroll 6
-  for (std::int64_t r = 0; r < mr; ++r) {
+  for (std::int64_t r = 0; r < rows; ++r) {
     if (r >= io.rows) {
       break;
     }
@@ -139,15 +140,27 @@ COTENSOR_AVX512_TARGET void micro_tile_columns(a_panel<Steps> a,
                                                std::int64_t steps,
                                                const tile_sums<Steps>& io,
                                                b_ahead ahead = {}) {
+  if (io.rows == 1) {
+    switch ((io.cols + 15) / 16) {
+    case 1:
+      return micro_tile<Steps, 1, 1>(a, b, steps, io, ahead);
+    case 2:
+      return micro_tile<Steps, 2, 1>(a, b, steps, io, ahead);
+    case 3:
+      return micro_tile<Steps, 3, 1>(a, b, steps, io, ahead);
+    default:
+      return micro_tile<Steps, 4, 1>(a, b, steps, io, ahead);
+    }
+  }
   switch ((io.cols + 15) / 16) {
   case 1:
-    return micro_tile<Steps, 1>(a, b, steps, io, ahead);
+    return micro_tile<Steps, 1, mr>(a, b, steps, io, ahead);
   case 2:
-    return micro_tile<Steps, 2>(a, b, steps, io, ahead);
+    return micro_tile<Steps, 2, mr>(a, b, steps, io, ahead);
   case 3:
-    return micro_tile<Steps, 3>(a, b, steps, io, ahead);
+    return micro_tile<Steps, 3, mr>(a, b, steps, io, ahead);
   default:
-    return micro_tile<Steps, 4>(a, b, steps, io, ahead);
+    return micro_tile<Steps, 4, mr>(a, b, steps, io, ahead);
   }
 }
 
@@ -256,11 +269,8 @@ void gemm(const typename Steps::element* a,
     return a_panel<Steps>{packed_a.get() + (panel - first_packed) * steps * mr + p0 * mr, 1, mr};
   };
 
-  // B is packed as the workers reach it, a column tile's panels by the workers that first need
-  // them: no pass over B before the first product, and the workers that start on a column tile
-  // pack its panels together.
-  // Over packed B, few rows take narrower column tiles, two a worker at least: their time is
-  // B's reading, which the workers share by columns.
+  // Column tiles of 512 columns; over B laid out beforehand, few rows take narrower ones, two a
+  // worker at least: their time is B's reading, which the workers share by columns.
   const std::int64_t workers = std::max(1, backend_concurrency());
   const std::int64_t tile_panels =
       prepacked == nullptr || m > mc
@@ -268,6 +278,9 @@ void gemm(const typename Steps::element* a,
           : std::clamp<std::int64_t>(b_panels / (2 * workers), 1, nc / nr);
   const std::int64_t tile_cols = tile_panels * nr;
   const std::int64_t col_tiles = (n + tile_cols - 1) / tile_cols;
+  // B (unless laid out beforehand) is packed as the workers reach it, a column tile's panels by
+  // the workers that first need them: no pass over B before the first product, and the workers
+  // that start on a column tile pack its panels together.
   const gemm_scratch<word> packed_scratch(prepacked == nullptr ? b_panels * steps * nr : 0);
   const word* const packed_b = prepacked != nullptr ? prepacked : packed_scratch.get();
   const gemm_scratch<column_packing> packing(prepacked == nullptr ? col_tiles : 0);
