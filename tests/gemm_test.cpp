@@ -5,6 +5,7 @@
 
 #include "cotensor/cotensor.hpp"
 
+#include "support/cpu_features.hpp"
 #include "support/scoped_environment.hpp"
 
 #include <doctest/doctest.h>
@@ -20,23 +21,9 @@ namespace {
 using cotensor::bfloat16_t;
 using cotensor::dtype;
 using cotensor::tensor;
+using cotensor::test::cpu_has_avx512;
+using cotensor::test::cpu_has_avx512_bf16;
 using cotensor::test::scoped_environment;
-
-bool cpu_has_avx512() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-#else
-  return false;
-#endif
-}
-
-bool cpu_has_avx512_bf16() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
-#else
-  return false;
-#endif
-}
 
 // The float32 kernels this CPU can run, as COTENSOR_GEMM_F32 names them.
 std::vector<std::string> f32_kernels() {

@@ -8,6 +8,7 @@
 
 #include "cotensor/cotensor.hpp"
 
+#include "support/cpu_features.hpp"
 #include "support/scoped_environment.hpp"
 
 #include <doctest/doctest.h>
@@ -22,23 +23,9 @@ namespace {
 using cotensor::dtype;
 using cotensor::tensor;
 using cotensor::detail::packed_matrix;
+using cotensor::test::cpu_has_avx512;
+using cotensor::test::cpu_has_avx512_bf16;
 using cotensor::test::scoped_environment;
-
-bool has_avx512() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-#else
-  return false;
-#endif
-}
-
-bool has_avx512_bf16() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  return has_avx512() && __builtin_cpu_supports("avx512bf16");
-#else
-  return false;
-#endif
-}
 
 // Values of many magnitudes, so that a different order of additions changes the bits.
 tensor operand(std::int64_t rows, std::int64_t cols, std::uint32_t seed, dtype t) {
@@ -73,8 +60,8 @@ struct kind {
 };
 
 std::vector<kind> kinds() {
-  return {{dtype::float32, "COTENSOR_GEMM_F32", "avx512", "openblas", has_avx512()},
-          {dtype::bfloat16, "COTENSOR_GEMM_BF16", "avx512_bf16", "convert", has_avx512_bf16()}};
+  return {{dtype::float32, "COTENSOR_GEMM_F32", "avx512", "openblas", cpu_has_avx512()},
+          {dtype::bfloat16, "COTENSOR_GEMM_BF16", "avx512_bf16", "convert", cpu_has_avx512_bf16()}};
 }
 
 }  // namespace
@@ -132,7 +119,7 @@ TEST_SUITE("gemm") {
     }
     CHECK_FALSE(packed_matrix(tensor()).defined());
     CHECK_THROWS_AS(packed_matrix(cotensor::ones({2, 3, 4})), std::invalid_argument);
-    if (has_avx512()) {
+    if (cpu_has_avx512()) {
       const scoped_environment forced("COTENSOR_GEMM_F32", "avx512");
       const packed_matrix packed(cotensor::ones({4, 5}));
       REQUIRE(packed.packed());
