@@ -86,7 +86,8 @@ void gemm(const typename Steps::element* a,
           std::int64_t n,
           const typename Steps::word* prepacked = nullptr) {
   using word = typename Steps::word;
-  if (prepacked == nullptr && (m <= row_path_rows || m * n * k <= small_product)) {
+  const bool packs = prepacked == nullptr;  // B packed here, for this product
+  if (packs && (m <= row_path_rows || m * n * k <= small_product)) {
     row_gemm<Steps>(a, b, c, m, k, n);
     return;
   }
@@ -128,21 +129,19 @@ void gemm(const typename Steps::element* a,
   // worker at least: their time is B's reading, which the workers share by columns.
   const std::int64_t workers = std::max(1, backend_concurrency());
   const std::int64_t tile_panels =
-      prepacked == nullptr || m > mc
-          ? nc / nr
-          : std::clamp<std::int64_t>(b_panels / (2 * workers), 1, nc / nr);
+      packs || m > mc ? nc / nr : std::clamp<std::int64_t>(b_panels / (2 * workers), 1, nc / nr);
   const std::int64_t tile_cols = tile_panels * nr;
   const std::int64_t col_tiles = (n + tile_cols - 1) / tile_cols;
   // B (unless laid out beforehand) is packed as the workers reach it, a column tile's panels by
   // the workers that first need them: no pass over B before the first product, and the workers
   // that start on a column tile pack its panels together.
-  const gemm_scratch<word> packed_scratch(prepacked == nullptr ? b_panels * steps * nr : 0);
-  const word* const packed_b = prepacked != nullptr ? prepacked : packed_scratch.get();
-  const gemm_scratch<column_packing> packing(prepacked == nullptr ? col_tiles : 0);
-  std::fill(packing.get(), packing.get() + (prepacked == nullptr ? col_tiles : 0),
-            column_packing{0, 0});
+  const gemm_scratch<word> packed_scratch(packs ? b_panels * steps * nr : 0);
+  const word* const packed_b = packs ? packed_scratch.get() : prepacked;
+  const std::int64_t packing_tiles = packs ? col_tiles : 0;
+  const gemm_scratch<column_packing> packing(packing_tiles);
+  std::fill(packing.get(), packing.get() + packing_tiles, column_packing{0, 0});
   const auto pack_columns = [&](std::int64_t tile) {
-    if (prepacked != nullptr) {
+    if (!packs) {
       return;
     }
     const std::atomic_ref claimed(packing.get()[tile].claimed);
@@ -188,7 +187,7 @@ void gemm(const typename Steps::element* a,
       micro_tile_columns<Steps>(panel_of_a(panel0 + ip, p0),
                                 packed_b + (j0 / nr + jp) * steps * nr + p0 * nr, block, io, ahead);
     };
-    if (prepacked == nullptr || panels == 1 || m > row_path_rows) {
+    if (packs || panels == 1 || m > row_path_rows) {
       // A's panel of 6 rows in L1 while a block of B's panels streams from L2.
       for (std::int64_t p0 = 0; p0 < steps; p0 += kc) {
         for (std::int64_t ip = 0; ip < panels; ++ip) {

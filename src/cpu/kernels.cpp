@@ -10,8 +10,6 @@
 #include <oneapi/tbb/task_arena.h>
 #endif
 
-#include <boost/container/small_vector.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
