@@ -1,8 +1,9 @@
 #pragma once
 
 // The micro tile of cotensor's tiled AVX-512 GEMMs (gemm_avx512.cpp says how the driver uses
-// it): a register tile of 6 rows (or 1) x 64 columns over a panel of A and a packed panel of B,
-// its sums' edges masked, and the packing of B's panels. Internal to gemm_avx512.cpp.
+// it): a register tile of 6 rows (fewer in a last panel of A) x 64 columns over a panel of A
+// and a packed panel of B, its sums' edges masked, and the packing of B's panels. Internal to
+// gemm_avx512.cpp.
 
 #include "cpu/gemm_avx512_steps.hpp"
 
@@ -131,6 +132,19 @@ COTENSOR_AVX512_TARGET void micro_tile_columns(a_panel<Steps> a,
       return micro_tile<Steps, 3, 1>(a, b, steps, io, ahead);
     default:
       return micro_tile<Steps, 4, 1>(a, b, steps, io, ahead);
+    }
+  }
+  if (io.cols > 48 && io.rows < mr) {
+    // A last panel of A with fewer rows: no multiply-adds on its padding rows.
+    switch (io.rows) {
+    case 2:
+      return micro_tile<Steps, 4, 2>(a, b, steps, io, ahead);
+    case 3:
+      return micro_tile<Steps, 4, 3>(a, b, steps, io, ahead);
+    case 4:
+      return micro_tile<Steps, 4, 4>(a, b, steps, io, ahead);
+    default:
+      return micro_tile<Steps, 4, 5>(a, b, steps, io, ahead);
     }
   }
   switch ((io.cols + 15) / 16) {
