@@ -3,6 +3,9 @@
 
 #include <cotensor/cotensor.hpp>
 
+#include "support/cpu_features.hpp"
+#include "support/scoped_environment.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,6 +15,8 @@
 #include <vector>
 
 using namespace cotensor;
+using cotensor::test::cpu_has_avx512;
+using cotensor::test::scoped_environment;
 
 namespace {
 
@@ -78,6 +83,55 @@ std::vector<double> attention_reference(const std::vector<float>& q,
 std::vector<float> rounded(const std::vector<float>& x, dtype t) {
   const auto n = static_cast<std::int64_t>(x.size());
   return from_vector(x, {n}).astype(t).astype(dtype::float32).to_vector();
+}
+
+// paged_attention of 13 rows (a prompt chunk of sequence 0, then decode rows) against the
+// reference in double, and each row alone against its bits among the others.
+void check_chunked_attention(std::int64_t hd, dtype t, std::int64_t heads, std::int64_t kv_heads) {
+  const std::int64_t bs = 8;
+  const std::int64_t blocks = 12;
+  const auto kv = static_cast<std::size_t>(blocks * bs * kv_heads * hd);
+  const auto kvals = rounded(ramp(kv, 0.013F), t);
+  const auto vvals = rounded(ramp(kv, 0.029F, 0.5F), t);
+  const tensor kc = from_vector(kvals, {blocks, bs, kv_heads, hd}).astype(t);
+  const tensor vc = from_vector(vvals, {blocks, bs, kv_heads, hd}).astype(t);
+  const std::vector<std::int64_t> tables{7, 2, 9, 0, 4, 1, 3, 5, 6, 8, 10, 11};
+  std::vector<std::int64_t> seq(9, 0);
+  std::vector<std::int64_t> ctx;
+  for (std::int64_t r = 0; r < 9; ++r) {
+    ctx.push_back(32 + r);
+  }
+  seq.insert(seq.end(), {1, 0, 1, 0});
+  ctx.insert(ctx.end(), {37, 41, 20, 48});
+  const std::int64_t rows = 13;
+  const auto qv = rounded(ramp(static_cast<std::size_t>(rows * heads * hd), 0.07F, 0.3F), t);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const tensor q = from_vector(qv, {rows, heads * hd}).astype(t);
+  const tensor table = from_vector(tables, {2, 6});
+  const auto out = paged_attention(q, kc, vc, table, index(seq), index(ctx), scale)
+                       .astype(dtype::float32)
+                       .to_vector();
+  const double tol = t == dtype::bfloat16 ? 1e-2 : t == dtype::float16 ? 3e-3 : 1e-5;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto s = static_cast<std::size_t>(r);
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const auto want = attention_reference(qv, kvals, vvals, tables, 6, seq[s], ctx[s], heads,
+                                            kv_heads, hd, bs, r, h, scale);
+      for (std::int64_t i = 0; i < hd; ++i) {
+        CHECK(out[static_cast<std::size_t>(r * heads * hd + h * hd + i)] ==
+              doctest::Approx(want[static_cast<std::size_t>(i)]).epsilon(tol));
+      }
+    }
+    // The row alone (a tile of one) gives the bits it had in its prompt's tile.
+    const auto alone = paged_attention(slice(q, 0, r, r + 1), kc, vc, table, index({seq[s]}),
+                                       index({ctx[s]}), scale)
+                           .astype(dtype::float32)
+                           .to_vector();
+    for (std::int64_t i = 0; i < heads * hd; ++i) {
+      CHECK(alone[static_cast<std::size_t>(i)] ==
+            out[static_cast<std::size_t>(r * heads * hd + i)]);
+    }
+  }
 }
 
 }  // namespace
@@ -217,62 +271,46 @@ TEST_SUITE("ops.lm") {
   }
 
   TEST_CASE("paged_attention over chunks of keys: head sizes 64 and 80, a prompt's tile and a "
-            "row alone alike") {
-    // 20 to 48 keys (chunks of 16 and a partial one), two key/value heads for four query heads;
-    // sequence 0's 9 rows are a prompt chunk (a tile of 8 rows and one alone), then four decode
-    // rows of sequences 1 and 0 in turn (rows alone, all their heads in one piece of work).
-    for (const std::int64_t hd : {64, 80}) {
-      for (const dtype t : {dtype::float32, dtype::bfloat16}) {
-        CAPTURE(hd);
-        CAPTURE(t);
-        const std::int64_t heads = 4;
-        const std::int64_t kv_heads = 2;
-        const std::int64_t bs = 8;
-        const std::int64_t blocks = 12;
-        const auto kv = static_cast<std::size_t>(blocks * bs * kv_heads * hd);
-        const auto kvals = rounded(ramp(kv, 0.013F), t);
-        const auto vvals = rounded(ramp(kv, 0.029F, 0.5F), t);
-        const tensor kc = from_vector(kvals, {blocks, bs, kv_heads, hd}).astype(t);
-        const tensor vc = from_vector(vvals, {blocks, bs, kv_heads, hd}).astype(t);
-        const std::vector<std::int64_t> tables{7, 2, 9, 0, 4, 1, 3, 5, 6, 8, 10, 11};
-        std::vector<std::int64_t> seq(9, 0);
-        std::vector<std::int64_t> ctx;
-        for (std::int64_t r = 0; r < 9; ++r) {
-          ctx.push_back(32 + r);
-        }
-        seq.insert(seq.end(), {1, 0, 1, 0});
-        ctx.insert(ctx.end(), {37, 41, 20, 48});
-        const std::int64_t rows = 13;
-        const auto qv = rounded(ramp(static_cast<std::size_t>(rows * heads * hd), 0.07F, 0.3F), t);
-        const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-        const tensor q = from_vector(qv, {rows, heads * hd}).astype(t);
-        const tensor table = from_vector(tables, {2, 6});
-        const auto out = paged_attention(q, kc, vc, table, index(seq), index(ctx), scale)
-                             .astype(dtype::float32)
-                             .to_vector();
-        const double tol = t == dtype::bfloat16 ? 1e-2 : 1e-5;
-        for (std::int64_t r = 0; r < rows; ++r) {
-          for (std::int64_t h = 0; h < heads; ++h) {
-            const auto want = attention_reference(
-                qv, kvals, vvals, tables, 6, seq[static_cast<std::size_t>(r)],
-                ctx[static_cast<std::size_t>(r)], heads, kv_heads, hd, bs, r, h, scale);
-            for (std::int64_t i = 0; i < hd; ++i) {
-              CHECK(out[static_cast<std::size_t>(r * heads * hd + h * hd + i)] ==
-                    doctest::Approx(want[static_cast<std::size_t>(i)]).epsilon(tol));
-            }
-          }
-          // The row alone (a tile of one) gives the bits it had in its prompt's tile.
-          const auto alone = paged_attention(slice(q, 0, r, r + 1), kc, vc, table,
-                                             index({seq[static_cast<std::size_t>(r)]}),
-                                             index({ctx[static_cast<std::size_t>(r)]}), scale)
-                                 .astype(dtype::float32)
-                                 .to_vector();
-          for (std::int64_t i = 0; i < heads * hd; ++i) {
-            CHECK(alone[static_cast<std::size_t>(i)] ==
-                  out[static_cast<std::size_t>(r * heads * hd + i)]);
+            "row alone alike, in both kernels") {
+    // 20 to 48 keys (chunks of 16 and a partial one), query heads over half as many key/value
+    // heads (4 over 2: one group of heads at once; 6 over 3: a group and a part, and a row alone
+    // split into pieces of heads that start past the first key/value head); sequence 0's 9 rows
+    // are a prompt chunk (a tile of 8 rows and one alone), then four decode rows of sequences 1
+    // and 0 in turn (rows alone). COTENSOR_ATTENTION=generic computes the rows alone as the
+    // tiles do; auto, where the CPU has AVX-512, in registers (cpu/attention_avx512.cpp): the
+    // same bits either way.
+    for (const char* kernel : {"generic", "auto"}) {
+      const scoped_environment forced("COTENSOR_ATTENTION", kernel);
+      for (const std::int64_t hd : {64, 80}) {
+        for (const dtype t : {dtype::float32, dtype::bfloat16, dtype::float16}) {
+          for (const std::int64_t heads : {4, 6}) {
+            CAPTURE(kernel);
+            CAPTURE(hd);
+            CAPTURE(t);
+            CAPTURE(heads);
+            check_chunked_attention(hd, t, heads, heads / 2);
           }
         }
       }
+    }
+    if (!cpu_has_avx512()) {
+      MESSAGE("no AVX-512 here: both runs above took the generic kernel");
+    }
+    // A kernel that is not one, or one this CPU cannot run, fails the op naming it.
+    const tensor kc = zeros({2, 8, 1, 16});
+    const tensor q = zeros({1, 16});
+    const auto attend = [&] {
+      return paged_attention(q, kc, kc, from_vector(std::vector<std::int64_t>{0, 1}, {1, 2}),
+                             index({0}), index({3}), 0.25)
+          .wait();
+    };
+    {
+      const scoped_environment forced("COTENSOR_ATTENTION", "fastest");
+      CHECK_THROWS_WITH_AS(attend(), doctest::Contains("COTENSOR_ATTENTION"), std::exception);
+    }
+    if (!cpu_has_avx512()) {
+      const scoped_environment forced("COTENSOR_ATTENTION", "avx512");
+      CHECK_THROWS_WITH_AS(attend(), doctest::Contains("AVX-512"), std::exception);
     }
   }
 

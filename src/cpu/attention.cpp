@@ -3,6 +3,7 @@
 // row's arithmetic in a fixed order whatever the batch around it, so a sequence's results do
 // not depend on the others in its step (kernel_table.hpp says what each computes).
 
+#include "cpu/attention_chunk.hpp"
 #include "cpu/gemm_dispatch.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/vector_clones.hpp"
@@ -15,18 +16,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#if defined(__x86_64__) && defined(__GNUC__)
-// GCC bug 105593 (fixed in 13), as in cpu/gemm_avx512_steps.hpp.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#define COTENSOR_ATTENTION_AVX512 1
-#else
-#define COTENSOR_ATTENTION_AVX512 0
-#endif
 
 namespace cotensor::detail::cpu {
 namespace {
@@ -99,37 +88,15 @@ void rope_typed(const rope_args& a) {
                   });
 }
 
-// Attention over the paged cache, query rows in tiles: up to `tile` consecutive rows of one
+// Attention over the paged cache, query rows in tiles: up to `attention_tile` rows of one
 // sequence (a prompt chunk's) and one head share each chunk of 16 keys, transposed once into
 // `kt` (kt[i * 16 + c] = key c's element i), so that a row's 16 scores are one running sum per
 // key, element by element, with no sum across lanes. Per row, keys in order in chunks of 16:
 // the chunk's scores, the running maximum raised to theirs (the sums so far rescaled once a
 // chunk), the chunk's weights (libmvec's exp, unary_span) and values added in order. A row's
 // operations are the same whatever rows share its tile or its batch (batch invariance), and
-// every vector width computes the same bits (no contraction into FMAs).
-constexpr std::int64_t key_chunk = 16;
-constexpr std::int64_t tile = 8;
-constexpr std::int64_t prefetch_chunks = 2;  // how far ahead the keys and values are asked for
-
-struct tile_state {
-  float top[tile];
-  float total[tile];
-};
-
-// out[i] *= f and out[i] += w * v[i] over n elements, in blocks of 16 the compiler vectorises
-// at -O2 (a loop of unknown count it leaves scalar), element by element alike in every block.
-inline void scale_by(float* __restrict out, float f, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int l = 0; l < 16; ++l) {
-      out[i + l] *= f;
-    }
-  }
-  for (; i < n; ++i) {
-    out[i] *= f;
-  }
-}
-
+// every vector width computes the same bits (the file is compiled without contraction into
+// fused multiply-adds, as cpu/attention_avx512.cpp, which computes a decode step's rows).
 template <class T>
 inline void add_scaled(float* __restrict out, float w, const T* __restrict v, std::int64_t n) {
   std::int64_t i = 0;
@@ -147,53 +114,11 @@ inline void add_scaled(float* __restrict out, float w, const T* __restrict v, st
 // blocks in registers where the CPU has AVX-512 (about 64 shuffles a block against 256 scalar
 // moves), element by element elsewhere and for the last hd % 16 elements. Data movement only:
 // the same floats whichever way.
-#if COTENSOR_ATTENTION_AVX512
-__attribute__((target("avx512f"), noinline)) void
-transpose_keys_avx512(const float* rows, std::int64_t stride, std::int64_t hd, float* kt) {
-  std::int64_t i0 = 0;
-  for (; i0 + 16 <= hd; i0 += 16) {
-    __m512 t[16];
-    for (int c = 0; c < 16; c += 2) {
-      const __m512 a = _mm512_loadu_ps(rows + c * stride + i0);
-      const __m512 b = _mm512_loadu_ps(rows + (c + 1) * stride + i0);
-      t[c] = _mm512_unpacklo_ps(a, b);  // per 128-bit lane L: a[4L], b[4L], a[4L+1], b[4L+1]
-      t[c + 1] = _mm512_unpackhi_ps(a, b);
-    }
-    // u[4g + e], lane L: keys 4g .. 4g+3 of element 4L + e.
-    __m512 u[16];
-    for (int g = 0; g < 4; ++g) {
-      const __m512* q = t + 4 * g;
-      u[4 * g + 0] = _mm512_shuffle_ps(q[0], q[2], _MM_SHUFFLE(1, 0, 1, 0));
-      u[4 * g + 1] = _mm512_shuffle_ps(q[0], q[2], _MM_SHUFFLE(3, 2, 3, 2));
-      u[4 * g + 2] = _mm512_shuffle_ps(q[1], q[3], _MM_SHUFFLE(1, 0, 1, 0));
-      u[4 * g + 3] = _mm512_shuffle_ps(q[1], q[3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int e = 0; e < 4; ++e) {
-      const __m512 v = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88);  // lanes 0 and 2
-      const __m512 w = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xDD);  // lanes 1 and 3
-      const __m512 v2 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
-      const __m512 w2 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xDD);
-      _mm512_storeu_ps(kt + (i0 + e) * 16, _mm512_shuffle_f32x4(v, v2, 0x88));
-      _mm512_storeu_ps(kt + (i0 + 8 + e) * 16, _mm512_shuffle_f32x4(v, v2, 0xDD));
-      _mm512_storeu_ps(kt + (i0 + 4 + e) * 16, _mm512_shuffle_f32x4(w, w2, 0x88));
-      _mm512_storeu_ps(kt + (i0 + 12 + e) * 16, _mm512_shuffle_f32x4(w, w2, 0xDD));
-    }
-  }
-  for (; i0 < hd; ++i0) {
-    for (std::int64_t c = 0; c < 16; ++c) {
-      kt[i0 * 16 + c] = rows[c * stride + i0];
-    }
-  }
-}
-#endif
-
 void transpose_keys(const float* rows, std::int64_t stride, std::int64_t hd, float* kt) {
-#if COTENSOR_ATTENTION_AVX512
   if (cpu_has_avx512()) {
     transpose_keys_avx512(rows, stride, hd, kt);
     return;
   }
-#endif
   for (std::int64_t i = 0; i < hd; ++i) {
     for (std::int64_t c = 0; c < 16; ++c) {
       kt[i * 16 + c] = rows[c * stride + i];
@@ -212,14 +137,6 @@ inline void to_float(float* __restrict out, const T* __restrict in, std::int64_t
   }
   for (; i < n; ++i) {
     out[i] = static_cast<float>(in[i]);
-  }
-}
-
-// Asks the L2 cache for the lines of `bytes` bytes from p before they are read (a chunk's keys
-// and values of every head are more than L1 holds).
-inline void prefetch(const void* p, std::int64_t bytes) {
-  for (std::int64_t b = 0; b < bytes; b += 64) {
-    __builtin_prefetch(static_cast<const char*>(p) + b, 0, 2);
   }
 }
 
@@ -331,26 +248,9 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_a
         if (m <= 0) {
           continue;
         }
-        float high = state.top[r];
-        for (std::int64_t c = 0; c < key_chunk; ++c) {
-          scores[r][c] *= scale;
-        }
-        for (std::int64_t c = 0; c < m; ++c) {
-          high = std::max(high, scores[r][c]);
-        }
         float* __restrict out = acc + ((h - h0) * Rows + r) * hd;
-        if (high > state.top[r]) {
-          const float shrink = std::exp(state.top[r] - high);  // 0 for the first chunk
-          state.total[r] *= shrink;
-          scale_by(out, shrink, hd);
-          state.top[r] = high;
-        }
-        for (std::int64_t c = 0; c < key_chunk; ++c) {
-          scores[r][c] -= state.top[r];
-        }
-        unary_span(unary_op::exp, scores[r], weights, key_chunk);
+        chunk_weights(scores[r], m, scale, state.top[r], state.total[r], out, hd, weights);
         for (std::int64_t c = 0; c < m; ++c) {
-          state.total[r] += weights[c];
           add_scaled(out, weights[c], vr + c * span + kv_at, hd);
         }
       }
@@ -385,7 +285,7 @@ void paged_attention_typed(const paged_attention_args& a) {
   for (std::int64_t r = 0; r < a.tokens;) {
     starts.push_back(r);
     std::int64_t e = r + 1;
-    while (e < a.tokens && e - r < tile && a.sequence[e] == a.sequence[r]) {
+    while (e < a.tokens && e - r < attention_tile && a.sequence[e] == a.sequence[r]) {
       ++e;
     }
     single += e - r == 1 ? 1 : 0;
@@ -404,10 +304,13 @@ void paged_attention_typed(const paged_attention_args& a) {
       items.push_back({starts[t], rows, h, std::min(a.heads, h + step)});
     }
   }
+  // A decode step's rows in AVX-512 registers where they can be (the same bits).
+  const bool registers = single > 0 && attention_rows_avx512(a.t, a.head_dim);
   parallel_chunks(
       static_cast<std::int64_t>(items.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
         const auto hd = static_cast<std::size_t>(a.head_dim);
-        const auto most_heads = static_cast<std::size_t>(std::max<std::int64_t>(per_item, tile));
+        const auto most_heads =
+            static_cast<std::size_t>(std::max<std::int64_t>(per_item, attention_tile));
         std::vector<float> acc(most_heads * hd);
         std::vector<float> qf(most_heads * hd);
         std::vector<tile_state> st(most_heads);
@@ -417,12 +320,15 @@ void paged_attention_typed(const paged_attention_args& a) {
         std::vector<float> kt(key_chunk * hd);
         for (std::int64_t w = lo; w < hi; ++w) {
           const attention_item& it = items[static_cast<std::size_t>(w)];
-          if (it.rows == 1) {
+          if (it.rows == 1 && registers) {
+            attend_row_avx512(a, it.row0, it.h0, it.h1, acc.data(), qf.data(), st.data(),
+                              kr.data());
+          } else if (it.rows == 1) {
             attend_tile<T, 1>(a, it.row0, 1, it.h0, it.h1, acc.data(), qf.data(), st.data(),
                               kr.data(), vr.data(), kt.data());
           } else {
-            attend_tile<T, tile>(a, it.row0, it.rows, it.h0, it.h1, acc.data(), qf.data(),
-                                 st.data(), kr.data(), vr.data(), kt.data());
+            attend_tile<T, attention_tile>(a, it.row0, it.rows, it.h0, it.h1, acc.data(), qf.data(),
+                                           st.data(), kr.data(), vr.data(), kt.data());
           }
         }
       });

@@ -1,0 +1,112 @@
+#pragma once
+
+// What the two ways of attending over the paged cache share (cpu/attention.cpp, tiles of rows
+// in plain C++; cpu/attention_avx512.cpp, a decode step's rows in AVX-512 registers): the chunk
+// of keys, a row's running state, and the arithmetic that turns a chunk's scores into weights.
+// Both files are compiled without contraction into fused multiply-adds, so that each operation
+// rounds once, the same in every clone and in the intrinsics: a row's results are the same bits
+// whichever way computes them. Internal to src/cpu/.
+
+#include "cpu/kernels.hpp"
+#include "kernels/kernel_table.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace cotensor::detail::cpu {
+
+inline constexpr std::int64_t key_chunk = 16;      // keys a row's scores are computed for at once
+inline constexpr std::int64_t attention_tile = 8;  // rows of one sequence sharing a chunk's keys
+
+inline constexpr std::int64_t prefetch_chunks =
+    2;  // chunks ahead the keys and values are asked for
+
+// Asks the L2 cache for the lines of `bytes` bytes from p before they are read (a chunk's keys
+// and values of every head are more than L1 holds).
+inline void prefetch(const void* p, std::int64_t bytes) {
+  for (std::int64_t b = 0; b < bytes; b += 64) {
+    __builtin_prefetch(static_cast<const char*>(p) + b, 0, 2);
+  }
+}
+
+// A tile's rows' running maximum of the scores and sum of the weights, per head.
+struct tile_state {
+  float top[attention_tile];
+  float total[attention_tile];
+};
+
+// out[i] *= f over n elements, in blocks of 16 the compiler vectorises at -O2 (a loop of
+// unknown count it leaves scalar), element by element alike in every block.
+inline void scale_by(float* __restrict out, float f, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) {
+      out[i + l] *= f;
+    }
+  }
+  for (; i < n; ++i) {
+    out[i] *= f;
+  }
+}
+
+// One row's chunk of scores (the first m count) made into weights: the scores scaled, the
+// running maximum `top` raised to theirs (the weights so far, `total`, and the values summed
+// so far, `out`'s hd floats, rescaled once), weights[c] = exp(scores[c] - top) (libmvec's exp,
+// unary_span), and their sum added to total in key order.
+inline void chunk_weights(float (&scores)[key_chunk],
+                          std::int64_t m,
+                          float scale,
+                          float& top,
+                          float& total,
+                          float* out,
+                          std::int64_t hd,
+                          float (&weights)[key_chunk]) {
+  float high = top;
+  for (std::int64_t c = 0; c < key_chunk; ++c) {
+    scores[c] *= scale;
+  }
+  for (std::int64_t c = 0; c < m; ++c) {
+    high = std::max(high, scores[c]);
+  }
+  if (high > top) {
+    const float shrink = std::exp(top - high);  // 0 for the first chunk
+    total *= shrink;
+    scale_by(out, shrink, hd);
+    top = high;
+  }
+  for (std::int64_t c = 0; c < key_chunk; ++c) {
+    scores[c] -= top;
+  }
+  unary_span(unary_op::exp, scores, weights, key_chunk);
+  for (std::int64_t c = 0; c < m; ++c) {
+    total += weights[c];
+  }
+}
+
+// kt[i * 16 + c] = rows[c * stride + i] for the 16 keys of a chunk and hd elements: 16 x 16
+// blocks transposed in registers, the last hd % 16 elements one by one. Needs AVX-512.
+void transpose_keys_avx512(const float* rows, std::int64_t stride, std::int64_t hd, float* kt);
+
+// Whether a paged attention's single rows (a decode step's) run attend_row_avx512: the CPU
+// has AVX-512, the head size is a multiple of 16 and the type float32, bfloat16 or float16.
+// COTENSOR_ATTENTION=generic says never; avx512 says wherever type and head size fit, and throws
+// std::runtime_error on a CPU without AVX-512; auto (or unset) as above; another value throws
+// std::invalid_argument. Reads the environment: once an op.
+bool attention_rows_avx512(dtype t, std::int64_t head_dim);
+
+// Attention of one query row (a decode step's) over its sequence's cache, heads [h0, h1), in
+// AVX-512 registers: keys transposed and values summed straight from the cache, several heads'
+// scores at once. The same operations, in the same order, as cpu/attention.cpp's tiles: the
+// same bits. `acc` and `qf` hold (h1 - h0) * head_dim floats, `st` h1 - h0 states, `kt`
+// 16 * kv_heads * head_dim floats. Only where attention_rows_avx512 says so.
+void attend_row_avx512(const paged_attention_args& a,
+                       std::int64_t row,
+                       std::int64_t h0,
+                       std::int64_t h1,
+                       float* acc,
+                       float* qf,
+                       tile_state* st,
+                       float* kt);
+
+}  // namespace cotensor::detail::cpu
