@@ -6,6 +6,7 @@
 #include "cpu/attention_chunk.hpp"
 #include "cpu/gemm_dispatch.hpp"
 #include "cpu/kernels.hpp"
+#include "cpu/row_sums.hpp"
 #include "cpu/vector_clones.hpp"
 #include "kernels/element.hpp"
 
@@ -33,11 +34,10 @@ void rms_norm_typed(const rms_norm_args& a) {
                   [&](std::int64_t lo, std::int64_t hi) {
                     for (std::int64_t r = lo; r < hi; ++r) {
                       const T* x = in + r * cols;
-                      double squares = 0.0;
-                      for (std::int64_t j = 0; j < cols; ++j) {
+                      const double squares = row_sum(cols, [x](std::int64_t j) {
                         const double v = static_cast<double>(x[j]);
-                        squares += v * v;
-                      }
+                        return v * v;
+                      });
                       using C = compute_t<T>;
                       const auto inv = static_cast<C>(
                           1.0 / std::sqrt(squares / static_cast<double>(cols) + a.eps));

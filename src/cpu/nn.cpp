@@ -3,6 +3,7 @@
 // bfloat16 compute in float, float32 accumulates in double where a row is summed.
 
 #include "cpu/kernels.hpp"
+#include "cpu/row_sums.hpp"
 #include "kernels/element.hpp"
 
 #include <algorithm>
@@ -69,17 +70,16 @@ void layer_norm_typed(const T* in,
                   [&](std::int64_t lo, std::int64_t hi) {
                     for (std::int64_t r = lo; r < hi; ++r) {
                       const T* x = in + r * cols;
-                      double mean = 0.0;
-                      for (std::int64_t j = 0; j < cols; ++j) {
-                        mean += static_cast<double>(x[j]);
-                      }
-                      mean /= static_cast<double>(cols);
-                      double var = 0.0;
-                      for (std::int64_t j = 0; j < cols; ++j) {
-                        const double d = static_cast<double>(x[j]) - mean;
-                        var += d * d;
-                      }
-                      var /= static_cast<double>(cols);
+                      const double mean =
+                          row_sum(cols, [x](std::int64_t j) { return static_cast<double>(x[j]); }) /
+                          static_cast<double>(cols);
+                      const double var = row_sum(cols,
+                                                 [x, mean](std::int64_t j) {
+                                                   const double d =
+                                                       static_cast<double>(x[j]) - mean;
+                                                   return d * d;
+                                                 }) /
+                                         static_cast<double>(cols);
                       const double inv = 1.0 / std::sqrt(var + eps);
                       T* y = out + r * cols;
                       for (std::int64_t j = 0; j < cols; ++j) {
