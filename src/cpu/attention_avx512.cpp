@@ -156,6 +156,9 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
   const auto scale = static_cast<float>(a.scale);
   const std::int64_t* table = a.block_tables + a.sequence[row] * a.table_width;
   const std::int64_t keys = a.context[row];
+  const auto cache_row = [&](std::int64_t j) {  // key j's row in the caches
+    return (table[j / a.block_size] * a.block_size + j % a.block_size) * row_width;
+  };
   for (std::int64_t h = h0; h < h1; ++h) {
     const T* q = static_cast<const T*>(a.q) + row * width + h * hd;
     for (std::int64_t i = 0; i < hd; ++i) {
@@ -174,23 +177,20 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
   for (std::int64_t j0 = 0; j0 < keys; j0 += key_chunk) {
     const std::int64_t n = std::min(key_chunk, keys - j0);
     for (std::int64_t c = 0; c < n; ++c) {
-      const std::int64_t j = j0 + c;
-      const std::int64_t slot = table[j / a.block_size] * a.block_size + j % a.block_size;
-      key_rows[c] = kc + slot * row_width;
-      value_rows[c] = vc + slot * row_width;
+      key_rows[c] = kc + cache_row(j0 + c);
+      value_rows[c] = vc + cache_row(j0 + c);
     }
     // The next chunk's keys and values, asked of memory a key/value head at a time as this
     // chunk's are transposed: each head reads a few cache lines of a row, rows a cache row
     // apart, which no prefetcher follows. (A whole chunk's lines at once, as cpu/attention.cpp
     // asks, stalls on the misses in flight: 16 rows' decode attention over GPT-2 small's cache,
-    // 192 keys, ran at 12-14 GB/s so against 20-23 a head at a time, one chunk ahead; two, three
-    // or four chunks ahead measured 3-15 % slower.)
+    // 192 keys, read it at 12-14 GB/s that way and at 20-23 a head at a time one chunk ahead;
+    // two, three or four chunks ahead measured 3-15 % slower.)
     const std::int64_t ahead0 = std::min(keys, j0 + key_chunk);
     const std::int64_t ahead = std::max<std::int64_t>(0, std::min(key_chunk, keys - ahead0));
     std::int64_t ahead_at[key_chunk];
     for (std::int64_t c = 0; c < ahead; ++c) {
-      const std::int64_t j = ahead0 + c;
-      ahead_at[c] = (table[j / a.block_size] * a.block_size + j % a.block_size) * row_width;
+      ahead_at[c] = cache_row(ahead0 + c);
     }
     std::int64_t transposed = first_kv - 1;  // the last key/value head transposed this chunk
     for (std::int64_t hg = h0; hg < h1; hg += heads_at_once) {
