@@ -3,6 +3,7 @@
 
 #include <cotensor/cotensor.hpp>
 
+#include "cpu/attention_chunk.hpp"
 #include "support/cpu_features.hpp"
 #include "support/scoped_environment.hpp"
 
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 using namespace cotensor;
@@ -270,31 +272,53 @@ TEST_SUITE("ops.lm") {
                     std::invalid_argument);
   }
 
-  TEST_CASE("paged_attention over chunks of keys: head sizes 64 and 80, a prompt's tile and a "
-            "row alone alike, in both kernels") {
-    // 20 to 48 keys (chunks of 16 and a partial one), query heads over half as many key/value
-    // heads (4 over 2: one group of heads at once; 6 over 3: a group and a part, and a row alone
-    // split into pieces of heads that start past the first key/value head); sequence 0's 9 rows
-    // are a prompt chunk (a tile of 8 rows and one alone), then four decode rows of sequences 1
-    // and 0 in turn (rows alone). COTENSOR_ATTENTION=generic computes the rows alone as the
-    // tiles do; auto, where the CPU has AVX-512, in registers (cpu/attention_avx512.cpp): the
-    // same bits either way.
-    for (const char* kernel : {"generic", "auto"}) {
+  TEST_CASE("paged_attention over chunks of keys: head sizes 64, 72 and 80, a prompt's tile and "
+            "a row alone alike, in every kernel") {
+    // 20 to 48 keys (chunks of 16 and a partial one); query heads over key/value heads 4 over 4
+    // (GPT-2's kind), 4 over 2 (one group of heads at once), 6 over 3 (a group and a part, and a
+    // row alone split into pieces of heads that start past the first key/value head) and 8 over
+    // 2 (four heads sharing one transposed block); sequence 0's 9 rows are a prompt chunk (a
+    // tile of 8 rows and one alone), then four decode rows of sequences 1 and 0 in turn (rows
+    // alone). COTENSOR_ATTENTION=generic computes the rows alone as the tiles do; auto and
+    // avx512, where the CPU has AVX-512 and the head size is a multiple of 16 (not 72), in
+    // registers (cpu/attention_avx512.cpp): the same bits either way.
+    std::vector<const char*> kernels{"generic", "auto"};
+    if (cpu_has_avx512()) {
+      kernels.push_back("avx512");
+    } else {
+      MESSAGE("no AVX-512 here: every kernel below is the generic one");
+    }
+    for (const char* kernel : kernels) {
       const scoped_environment forced("COTENSOR_ATTENTION", kernel);
-      for (const std::int64_t hd : {64, 80}) {
+      for (const std::int64_t hd : {64, 72, 80}) {
         for (const dtype t : {dtype::float32, dtype::bfloat16, dtype::float16}) {
-          for (const std::int64_t heads : {4, 6}) {
+          for (const auto& [heads, kv_heads] :
+               {std::pair<std::int64_t, std::int64_t>{4, 4}, {4, 2}, {6, 3}, {8, 2}}) {
             CAPTURE(kernel);
             CAPTURE(hd);
             CAPTURE(t);
             CAPTURE(heads);
-            check_chunked_attention(hd, t, heads, heads / 2);
+            CAPTURE(kv_heads);
+            check_chunked_attention(hd, t, heads, kv_heads);
           }
         }
       }
+      // With one worker a row alone is one piece of all its heads; with three, pieces of two.
+      for (const unsigned workers : {1U, 3U}) {
+        CAPTURE(kernel);
+        CAPTURE(workers);
+        const runtime rt({.worker_threads = workers});
+        check_chunked_attention(64, dtype::bfloat16, 8, 2);
+      }
     }
-    if (!cpu_has_avx512()) {
-      MESSAGE("no AVX-512 here: both runs above took the generic kernel");
+    // Which rows run in registers: AVX-512, a head size a multiple of 16, not float64.
+    CHECK(detail::cpu::attention_rows_avx512(dtype::bfloat16, 64) == cpu_has_avx512());
+    CHECK(detail::cpu::attention_rows_avx512(dtype::float16, 128) == cpu_has_avx512());
+    CHECK_FALSE(detail::cpu::attention_rows_avx512(dtype::float32, 72));
+    CHECK_FALSE(detail::cpu::attention_rows_avx512(dtype::float64, 64));
+    {
+      const scoped_environment forced("COTENSOR_ATTENTION", "generic");
+      CHECK_FALSE(detail::cpu::attention_rows_avx512(dtype::bfloat16, 64));
     }
     // A kernel that is not one, or one this CPU cannot run, fails the op naming it.
     const tensor kc = zeros({2, 8, 1, 16});

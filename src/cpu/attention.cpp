@@ -140,6 +140,9 @@ inline void to_float(float* __restrict out, const T* __restrict in, std::int64_t
   }
 }
 
+// How many chunks ahead a tile asks for the keys and values.
+constexpr std::int64_t prefetch_chunks = 2;
+
 // Rows r0 .. r0 + rows - 1 (rows <= Rows) of one sequence, heads [h0, h1), key chunk by key
 // chunk with every head inside: the chunk's keys and values of all these heads (adjacent in
 // each cache row) are converted to float together, cache row by cache row in the order they
@@ -277,9 +280,9 @@ struct attention_item {
 
 template <class T>
 void paged_attention_typed(const paged_attention_args& a) {
-  // The tiles: runs of up to `tile` consecutive rows of one sequence. A tile of several rows
-  // (a prompt's) is a piece of work per head; a row alone (a decode step's) takes all its heads
-  // at once, or as few as leave two pieces of work a worker.
+  // The tiles: runs of up to `attention_tile` consecutive rows of one sequence. A tile of several
+  // rows (a prompt's) is a piece of work per head; a row alone (a decode step's) takes all its
+  // heads at once, or as few as leave two pieces of work a worker.
   std::vector<std::int64_t> starts;
   std::int64_t single = 0;
   for (std::int64_t r = 0; r < a.tokens;) {
@@ -321,6 +324,7 @@ void paged_attention_typed(const paged_attention_args& a) {
         for (std::int64_t w = lo; w < hi; ++w) {
           const attention_item& it = items[static_cast<std::size_t>(w)];
           if (it.rows == 1 && registers) {
+            // kr, which the registers' path does not use as such, holds its transposed keys.
             attend_row_avx512(a, it.row0, it.h0, it.h1, acc.data(), qf.data(), st.data(),
                               kr.data());
           } else if (it.rows == 1) {

@@ -11,12 +11,14 @@
 
 #include "cpu/attention_chunk.hpp"
 #include "cpu/gemm_dispatch.hpp"
+#include "support/assert.hpp"
 #include "support/environment.hpp"
 
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC bug 105593 (fixed in 13), as in cpu/gemm_avx512_steps.hpp.
@@ -262,7 +264,7 @@ transpose_keys_avx512(const float* rows, std::int64_t stride, std::int64_t hd, f
 }
 #else
 void transpose_keys_avx512(const float*, std::int64_t, std::int64_t, float*) {
-  throw std::logic_error("cotensor: transpose_keys_avx512 on a CPU without AVX-512");
+  COTENSOR_ASSERT(false && "transpose_keys_avx512 without AVX-512");
 }
 #endif
 
@@ -302,7 +304,7 @@ void attend_row_avx512([[maybe_unused]] const paged_attention_args& a,
     break;
   }
 #endif
-  throw std::logic_error("cotensor: attend_row_avx512 called where it does not apply");
+  COTENSOR_ASSERT(false && "attend_row_avx512 where attention_rows_avx512 says no");
 }
 
 }  // namespace cotensor::detail::cpu

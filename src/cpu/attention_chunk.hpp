@@ -19,9 +19,6 @@ namespace cotensor::detail::cpu {
 inline constexpr std::int64_t key_chunk = 16;      // keys a row's scores are computed for at once
 inline constexpr std::int64_t attention_tile = 8;  // rows of one sequence sharing a chunk's keys
 
-inline constexpr std::int64_t prefetch_chunks =
-    2;  // chunks ahead the keys and values are asked for
-
 // Asks the L2 cache for the lines of `bytes` bytes from p before they are read (a chunk's keys
 // and values of every head are more than L1 holds).
 inline void prefetch(const void* p, std::int64_t bytes) {
@@ -92,7 +89,7 @@ void transpose_keys_avx512(const float* rows, std::int64_t stride, std::int64_t 
 // has AVX-512, the head size is a multiple of 16 and the type float32, bfloat16 or float16.
 // COTENSOR_ATTENTION=generic says never; avx512 says wherever type and head size fit, and throws
 // std::runtime_error on a CPU without AVX-512; auto (or unset) as above; another value throws
-// std::invalid_argument. Reads the environment: once an op.
+// std::invalid_argument. Reads the environment once an op that has a row alone.
 bool attention_rows_avx512(dtype t, std::int64_t head_dim);
 
 // Attention of one query row (a decode step's) over its sequence's cache, heads [h0, h1), in

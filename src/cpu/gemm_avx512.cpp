@@ -125,16 +125,26 @@ void gemm(const typename Steps::element* a,
     return a_panel<Steps>{packed_a.get() + (panel - first_packed) * steps * mr + p0 * mr, 1, mr};
   };
 
-  // Column tiles of 512 columns; over B laid out beforehand, few rows take narrower ones, as
-  // many a worker (two at least) and of equal widths: their time is B's reading, which the
-  // workers share by columns (GPT-2's 36 panels in tiles of 8 gave one worker 20 and the other 16).
+  // Column tiles of 512 columns; over B laid out beforehand, few rows take narrower ones (two a
+  // worker at least), their width the one that gives the busiest worker fewest panels (6 of
+  // GPT-2's 36 panels a tile, not 8: one worker had 20, the other 16), or a wider one within
+  // 1/16 of it: their time is B's reading, which the workers share by columns.
   const std::int64_t workers = std::max(1, backend_concurrency());
-  const std::int64_t even_tiles =
-      (std::max(2 * workers, (b_panels + nc / nr - 1) / (nc / nr)) + workers - 1) / workers *
-      workers;
-  const std::int64_t tile_panels =
-      packs || m > mc ? nc / nr
-                      : std::max<std::int64_t>(1, (b_panels + even_tiles - 1) / even_tiles);
+  std::int64_t tile_panels = nc / nr;
+  if (!packs && m <= mc) {
+    std::int64_t fewest = 0;
+    for (std::int64_t width = nc / nr; width >= 1; --width) {
+      const std::int64_t tiles = (b_panels + width - 1) / width;
+      const std::int64_t busiest = (tiles + workers - 1) / workers * width;
+      if (width > 1 && tiles < std::min(2 * workers, b_panels)) {
+        continue;
+      }
+      if (fewest == 0 || 16 * busiest < 15 * fewest) {
+        tile_panels = width;
+        fewest = busiest;
+      }
+    }
+  }
   const std::int64_t tile_cols = tile_panels * nr;
   const std::int64_t col_tiles = (n + tile_cols - 1) / tile_cols;
   // B (unless laid out beforehand) is packed as the workers reach it, a column tile's panels by
