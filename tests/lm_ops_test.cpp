@@ -12,7 +12,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <stdexcept>
+#include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -89,7 +92,10 @@ std::vector<float> rounded(const std::vector<float>& x, dtype t) {
 
 // paged_attention of 13 rows (a prompt chunk of sequence 0, then decode rows) against the
 // reference in double, and each row alone against its bits among the others.
-void check_chunked_attention(std::int64_t hd, dtype t, std::int64_t heads, std::int64_t kv_heads) {
+// Checks a paged attention over chunks of keys against the reference, each row alone against
+// its prompt tile's bits, and returns its float32 outputs.
+std::vector<float>
+check_chunked_attention(std::int64_t hd, dtype t, std::int64_t heads, std::int64_t kv_heads) {
   const std::int64_t bs = 8;
   const std::int64_t blocks = 12;
   const auto kv = static_cast<std::size_t>(blocks * bs * kv_heads * hd);
@@ -134,6 +140,7 @@ void check_chunked_attention(std::int64_t hd, dtype t, std::int64_t heads, std::
             out[static_cast<std::size_t>(r * heads * hd + i)]);
     }
   }
+  return out;
 }
 
 }  // namespace
@@ -288,6 +295,8 @@ TEST_SUITE("ops.lm") {
     } else {
       MESSAGE("no AVX-512 here: every kernel below is the generic one");
     }
+    std::map<std::tuple<std::int64_t, dtype, std::int64_t, std::int64_t>, std::vector<float>>
+        generic;  // each case's outputs with the generic kernel: every kernel gives these bits
     for (const char* kernel : kernels) {
       const scoped_environment forced("COTENSOR_ATTENTION", kernel);
       for (const std::int64_t hd : {64, 72, 80}) {
@@ -299,7 +308,13 @@ TEST_SUITE("ops.lm") {
             CAPTURE(t);
             CAPTURE(heads);
             CAPTURE(kv_heads);
-            check_chunked_attention(hd, t, heads, kv_heads);
+            const auto out = check_chunked_attention(hd, t, heads, kv_heads);
+            const auto key = std::tuple{hd, t, heads, kv_heads};
+            if (std::string_view(kernel) == "generic") {
+              generic[key] = out;
+            } else {
+              CHECK(out == generic.at(key));
+            }
           }
         }
       }

@@ -136,6 +136,81 @@ TEST_SUITE("ops_nn") {
     check_rejected([&] { return layer_norm(ints, tensor(), tensor()); });
   }
 
+  TEST_CASE("layer_norm's rows are the bits of its scalar formula, in every dtype and with or "
+            "without weight and bias") {
+    // Row lengths past, at and short of the partial sums' 8 lanes; each element's expression as
+    // the kernel's: the sums j % 8 in double, added pairwise, ((x - mean) * inv) * w + b in
+    // double, rounded to float (then to the dtype). Here compiled for the baseline CPU without
+    // fused multiply-adds; the library's AVX-512 and AVX2 clones must give the same bits.
+    for (const std::int64_t cols : {5, 8, 771}) {
+      const std::int64_t rows = 3;
+      std::vector<float> xv(static_cast<std::size_t>(rows * cols));
+      std::vector<float> wv(static_cast<std::size_t>(cols));
+      std::vector<float> bv(static_cast<std::size_t>(cols));
+      for (std::size_t i = 0; i < xv.size(); ++i) {
+        xv[i] = std::sin(0.37F * static_cast<float>(i)) * 3.0F + 0.25F;
+      }
+      for (std::size_t j = 0; j < wv.size(); ++j) {
+        wv[j] = 1.0F + 0.01F * static_cast<float>(j % 17);
+        bv[j] = 0.1F * static_cast<float>(j % 5) - 0.2F;
+      }
+      for (const dtype t : {dtype::float32, dtype::bfloat16, dtype::float16}) {
+        for (const bool affine : {true, false}) {
+          CAPTURE(cols);
+          CAPTURE(t);
+          CAPTURE(affine);
+          // The inputs as the dtype holds them.
+          const auto x = from_vector(xv, {rows, cols}).astype(t);
+          const auto w = from_vector(wv, {cols}).astype(t);
+          const auto b = from_vector(bv, {cols}).astype(t);
+          const auto xs = x.astype(dtype::float32).to_vector();
+          const auto ws = w.astype(dtype::float32).to_vector();
+          const auto bs = b.astype(dtype::float32).to_vector();
+          const auto y = (affine ? layer_norm(x, w, b, 1e-5) : layer_norm(x, tensor(), tensor()))
+                             .astype(dtype::float32)
+                             .to_vector();
+          for (std::int64_t r = 0; r < rows; ++r) {
+            const float* row = xs.data() + r * cols;
+            const auto sum = [&](auto term) {
+              double lane[8] = {};
+              for (std::int64_t j = 0; j < cols; ++j) {
+                lane[j % 8] += term(j);
+              }
+              return ((lane[0] + lane[4]) + (lane[2] + lane[6])) +
+                     ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+            };
+            const double mean = sum([&](std::int64_t j) { return static_cast<double>(row[j]); }) /
+                                static_cast<double>(cols);
+            const double var = sum([&](std::int64_t j) {
+                                 const double d = static_cast<double>(row[j]) - mean;
+                                 return d * d;
+                               }) /
+                               static_cast<double>(cols);
+            const double inv = 1.0 / std::sqrt(var + 1e-5);
+            const auto want_row = [&](std::int64_t j) {
+              double v = (static_cast<double>(row[j]) - mean) * inv;
+              if (affine) {
+                v = v * static_cast<double>(ws[static_cast<std::size_t>(j)]) +
+                    static_cast<double>(bs[static_cast<std::size_t>(j)]);
+              }
+              return static_cast<float>(v);
+            };
+            std::vector<float> want(static_cast<std::size_t>(cols));
+            for (std::int64_t j = 0; j < cols; ++j) {
+              want[static_cast<std::size_t>(j)] = want_row(j);
+            }
+            const auto rounded =
+                from_vector(want, {cols}).astype(t).astype(dtype::float32).to_vector();
+            for (std::int64_t j = 0; j < cols; ++j) {
+              CHECK(y[static_cast<std::size_t>(r * cols + j)] ==
+                    rounded[static_cast<std::size_t>(j)]);
+            }
+          }
+        }
+      }
+    }
+  }
+
   TEST_CASE("concat, slice and index_select copy the right elements") {
     const tensor a = from_vector({1.0F, 2.0F, 3.0F, 4.0F}, {2, 2});
     const tensor b = from_vector({5.0F, 6.0F}, {2, 1});

@@ -96,7 +96,8 @@ void rope_typed(const rope_args& a) {
 // chunk), the chunk's weights (libmvec's exp, unary_span) and values added in order. A row's
 // operations are the same whatever rows share its tile or its batch (batch invariance), and
 // every vector width computes the same bits (the file is compiled without contraction into
-// fused multiply-adds, as cpu/attention_avx512.cpp, which computes a decode step's rows).
+// fused multiply-adds, as cpu/attention_avx512.cpp, which computes the same rows and tiles in
+// AVX-512 registers where the CPU has it).
 template <class T>
 inline void add_scaled(float* __restrict out, float w, const T* __restrict v, std::int64_t n) {
   std::int64_t i = 0;
@@ -307,8 +308,8 @@ void paged_attention_typed(const paged_attention_args& a) {
       items.push_back({starts[t], rows, h, std::min(a.heads, h + step)});
     }
   }
-  // A decode step's rows in AVX-512 registers where they can be (the same bits).
-  const bool registers = single > 0 && attention_rows_avx512(a.t, a.head_dim);
+  // Rows in AVX-512 registers where they can be (the same bits).
+  const bool registers = attention_rows_avx512(a.t, a.head_dim);
   parallel_chunks(
       static_cast<std::int64_t>(items.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
         const auto hd = static_cast<std::size_t>(a.head_dim);
@@ -330,6 +331,9 @@ void paged_attention_typed(const paged_attention_args& a) {
           } else if (it.rows == 1) {
             attend_tile<T, 1>(a, it.row0, 1, it.h0, it.h1, acc.data(), qf.data(), st.data(),
                               kr.data(), vr.data(), kt.data());
+          } else if (registers) {
+            attend_tile_avx512(a, it.row0, it.rows, it.h0, it.h1, acc.data(), qf.data(), st.data(),
+                               kt.data(), vr.data());
           } else {
             attend_tile<T, attention_tile>(a, it.row0, it.rows, it.h0, it.h1, acc.data(), qf.data(),
                                            st.data(), kr.data(), vr.data(), kt.data());

