@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -82,5 +83,50 @@ TEST_SUITE("lm.blocks") {
     CHECK_THROWS_AS(cotensor::lm::sample(bad, hot, 1, 0), std::runtime_error);
     bad[3] = std::numeric_limits<float>::infinity();
     CHECK_THROWS_AS(cotensor::lm::sample(bad, {.temperature = 0.0F}, 1, 0), std::runtime_error);
+  }
+
+  TEST_CASE("greedy sampling over a whole vocabulary: the first largest logit wherever it lies, "
+            "non-finite logits refused anywhere") {
+    // Rows scanned 16 logits at a time with a tail: the largest in the blocks, in the tail, tied
+    // across blocks, +0 tied with -0, all -infinity; NaN and +infinity in a block and in the tail.
+    for (const std::size_t n : {std::size_t{37}, std::size_t{50257}}) {
+      CAPTURE(n);
+      std::vector<float> row(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        row[i] = std::sin(0.7F * static_cast<float>(i)) - 2.0F;  // below -1, above -3
+      }
+      const auto greedy = [&](const std::vector<float>& r) {
+        return cotensor::lm::sample(r, {.temperature = 0.0F}, 1, 0);
+      };
+      const auto first_largest = [](const std::vector<float>& r) {
+        std::size_t best = 0;
+        for (std::size_t i = 1; i < r.size(); ++i) {
+          best = r[i] > r[best] ? i : best;
+        }
+        return static_cast<std::int32_t>(best);
+      };
+      CHECK(greedy(row) == first_largest(row));
+      for (const std::size_t at : {std::size_t{0}, std::size_t{5}, std::size_t{17}, n - 3, n - 1}) {
+        CAPTURE(at);
+        auto r = row;
+        r[at] = 4.0F;
+        CHECK(greedy(r) == static_cast<std::int32_t>(at));
+        r[n - 2] = 4.0F;  // a tie later: the lower id stays
+        CHECK(greedy(r) == static_cast<std::int32_t>(std::min(at, n - 2)));
+        auto nan = row;
+        nan[at] = std::numeric_limits<float>::quiet_NaN();
+        CHECK_THROWS_AS(greedy(nan), std::runtime_error);
+        nan[at] = std::numeric_limits<float>::infinity();
+        CHECK_THROWS_AS(greedy(nan), std::runtime_error);
+        nan[at] = -std::numeric_limits<float>::infinity();  // finite enough: never picked
+        CHECK(greedy(nan) == first_largest(nan));
+      }
+      auto zeros = row;
+      zeros[20] = -0.0F;
+      zeros[n - 1] = 0.0F;  // equal to -0: the first wins
+      CHECK(greedy(zeros) == 20);
+      const std::vector<float> low(n, -std::numeric_limits<float>::infinity());
+      CHECK(greedy(low) == 0);
+    }
   }
 }
