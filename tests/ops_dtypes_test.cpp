@@ -342,6 +342,84 @@ TEST_SUITE("ops_dtypes") {
     CHECK(sum(zeros({0}, dtype::int32)).item<std::int64_t>() == 0);
   }
 
+  TEST_CASE("max, min, argmax and argmin over long rows: the first extreme or the first NaN, in "
+            "every floating dtype") {
+    // Rows of 64 and more run a vectorised pass and a search (cpu/reduce.cpp); each case here
+    // against an element-by-element reference: the extreme early, late, in the tail and tied
+    // (the first wins), +0 tied with -0, infinities, and a NaN anywhere (the first NaN wins).
+    const std::int64_t cols = 203;  // three blocks of 64 and a tail
+    std::vector<std::vector<float>> rows;
+    std::vector<float> base(static_cast<std::size_t>(cols));
+    for (std::size_t j = 0; j < base.size(); ++j) {
+      base[j] = std::sin(0.9F * static_cast<float>(j)) * 4.0F;  // within (-4, 4)
+    }
+    rows.push_back(base);
+    for (const std::size_t at : {std::size_t{0}, std::size_t{70}, std::size_t{200}}) {
+      auto r = base;
+      r[at] = 9.0F;
+      r[(at + 131) % base.size()] = 9.0F;  // a tie
+      r[(at + 17) % base.size()] = -9.0F;
+      rows.push_back(r);
+      auto z = base;
+      std::fill(z.begin(), z.end(), -1.0F);
+      z[at] = -0.0F;
+      z[(at + 64) % base.size()] = 0.0F;
+      rows.push_back(z);
+      auto inf = base;
+      inf[at] = INFINITY;
+      inf[(at + 1) % base.size()] = -INFINITY;
+      rows.push_back(inf);
+      auto nan = base;
+      nan[(at + 5) % base.size()] = NAN;
+      nan[(at + 100) % base.size()] = NAN;
+      rows.push_back(nan);
+    }
+    std::vector<float> flat;
+    for (const auto& r : rows) {
+      flat.insert(flat.end(), r.begin(), r.end());
+    }
+    const auto n_rows = static_cast<std::int64_t>(rows.size());
+    // The reference: the first NaN, else the first element no other beats.
+    const auto first_extreme = [](const std::vector<float>& r, bool largest) {
+      std::size_t best = 0;
+      for (std::size_t j = 0; j < r.size(); ++j) {
+        if (std::isnan(r[j])) {
+          return static_cast<std::int64_t>(j);
+        }
+        if (largest ? r[j] > r[best] : r[j] < r[best]) {
+          best = j;
+        }
+      }
+      return static_cast<std::int64_t>(best);
+    };
+    for (const dtype t : {dtype::float32, dtype::float64, dtype::bfloat16, dtype::float16}) {
+      CAPTURE(t);
+      const tensor x = from_vector(flat, {n_rows, cols}).astype(t);
+      const auto amax = argmax(x, 1).to_vector<std::int64_t>();
+      const auto amin = argmin(x, 1).to_vector<std::int64_t>();
+      const auto vmax = max(x, 1).astype(dtype::float32).to_vector();
+      const auto vmin = min(x, 1).astype(dtype::float32).to_vector();
+      const auto held = x.astype(dtype::float32).to_vector();  // the values as the dtype holds them
+      for (std::size_t r = 0; r < rows.size(); ++r) {
+        CAPTURE(r);
+        const std::vector<float> row(held.begin() + static_cast<std::ptrdiff_t>(r) * cols,
+                                     held.begin() + static_cast<std::ptrdiff_t>(r + 1) * cols);
+        const auto want_max = first_extreme(row, true);
+        const auto want_min = first_extreme(row, false);
+        CHECK(amax[r] == want_max);
+        CHECK(amin[r] == want_min);
+        const float hi = row[static_cast<std::size_t>(want_max)];
+        const float lo = row[static_cast<std::size_t>(want_min)];
+        CHECK((std::isnan(hi) ? std::isnan(vmax[r]) : vmax[r] == hi));
+        CHECK((std::isnan(lo) ? std::isnan(vmin[r]) : vmin[r] == lo));
+        CHECK(std::signbit(vmax[r]) == std::signbit(hi));  // +0 or -0: the first one's
+        CHECK(std::signbit(vmin[r]) == std::signbit(lo));
+      }
+      // The whole tensor as one long row.
+      CHECK(argmax(x).item<std::int64_t>() == first_extreme(held, true));
+    }
+  }
+
   TEST_CASE("casts are defined for NaN, infinities and out-of-range values") {
     const tensor f = from_vector({NAN, INFINITY, -INFINITY, 3e9F, -3e9F, -2.7F, 2.7F}, {7});
     CHECK(f.astype(dtype::int32).to_vector<std::int32_t>() ==
