@@ -162,7 +162,7 @@ tensor model::impl::step(const step_inputs& in, const kv_cache& cache) const {
     }
     h = cotensor::rms_norm(index_select(h, 0, in.logit_rows), norm_w, eps);
   }
-  return matmul(h, head).astype(cotensor::dtype::float32);
+  return matmul(h, head);
 }
 
 }  // namespace cotensor::lm

@@ -89,7 +89,7 @@ struct model::impl {
   /// The logits of one sequence, no cache (model::logits).
   tensor forward(std::span<const std::int32_t> ids) const;
   /// One generation step over the cache: writes the keys and values of `in`'s tokens into
-  /// `cache` and returns the float32 logits [in.logit_rows, vocab].
+  /// `cache` and returns the logits [in.logit_rows, vocab] in the model's dtype.
   tensor step(const step_inputs& in, const kv_cache& cache) const;
 
 private:

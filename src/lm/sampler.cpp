@@ -27,6 +27,11 @@ double uniform(std::uint64_t seed, std::uint64_t n) {
   return static_cast<double>(bits & ((std::uint64_t{1} << 53) - 1)) * 0x1.0p-53;
 }
 
+[[noreturn]] void refuse_non_finite() {
+  throw std::runtime_error("cotensor::lm::generator: the model's logits are not finite "
+                           "(NaN or infinity)");
+}
+
 // Four floats, and four lanes' masks (all ones or zeros), as GCC's and Clang's vector
 // extensions hold them: SSE2 registers on any x86-64, without intrinsics.
 using float4 = float __attribute__((vector_size(16)));
@@ -125,16 +130,24 @@ void check_sampling(const sampling_params& p) {
   }
 }
 
+bool is_greedy(const sampling_params& p) noexcept { return p.temperature == 0.0F || p.top_k == 1; }
+
+std::int32_t pick_greedy(std::int64_t first_largest, float largest) {
+  if (!(largest < INFINITY)) {
+    refuse_non_finite();
+  }
+  return static_cast<std::int32_t>(first_largest);
+}
+
 std::int32_t sample(std::span<const float> logits,
                     const sampling_params& p,
                     std::uint64_t seed,
                     std::uint64_t n) {
   const row_scan row = scan(logits);
   if (!row.finite) {  // NaN or +inf: no order, no probabilities
-    throw std::runtime_error("cotensor::lm::generator: the model's logits are not finite "
-                             "(NaN or infinity)");
+    refuse_non_finite();
   }
-  if (p.temperature == 0.0F || p.top_k == 1) {
+  if (is_greedy(p)) {
     return first_equal(logits, row.top);  // ties to the lower id
   }
   // The candidates, most likely first when a filter needs an order.

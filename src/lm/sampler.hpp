@@ -14,6 +14,15 @@ namespace cotensor::lm {
 /// Throws std::invalid_argument naming the first parameter out of range.
 void check_sampling(const sampling_params& p);
 
+/// Whether `p` picks the likeliest token (temperature 0 or top_k 1), which needs only each
+/// row's first largest logit and its value.
+bool is_greedy(const sampling_params& p) noexcept;
+
+/// The greedy pick of a row whose first largest logit is at `first_largest` with value
+/// `largest` (argmax and max over the row; max is NaN or +infinity where the row has one).
+/// Throws std::runtime_error, as `sample`, if the row has a NaN or +infinity.
+std::int32_t pick_greedy(std::int64_t first_largest, float largest);
+
 /// The token picked from `logits` (one row of the vocabulary) for the `n`-th token generated
 /// under `seed`. Throws std::runtime_error if a logit is NaN or +infinity.
 std::int32_t sample(std::span<const float> logits,

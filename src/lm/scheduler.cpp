@@ -148,7 +148,14 @@ bool generator::state::step() {
   }
   const device d = net->where;
   const auto t = static_cast<std::int64_t>(ids.size());
+  // With every row greedy, each row's first largest logit and its value, found on the workers,
+  // are all the host reads: 16 rows of GPT-2's 50,257 logits took 0.6 ms a step on this thread
+  // as float32 (a copy of 3.2 MB, then a scan of each row). Else every row's logits.
+  const bool greedy =
+      std::ranges::all_of(parts, [](const part& p) { return !p.sample || is_greedy(p.s->params); });
   std::vector<float> logits;
+  std::vector<std::int64_t> firsts;
+  std::vector<float> largest;
   try {
     const step_inputs in{
         .ids = from_vector(std::move(ids), {t}, d),
@@ -159,7 +166,17 @@ bool generator::state::step() {
         .block_tables =
             from_vector(std::move(tables), {static_cast<std::int64_t>(parts.size()), width}, d),
         .logit_rows = from_vector(logit_rows, {static_cast<std::int64_t>(logit_rows.size())}, d)};
-    logits = net->step(in, cache).to_vector<float>();
+    const tensor out = net->step(in, cache);
+    if (!any_sample) {
+      out.wait();
+    } else if (greedy) {
+      const tensor first = argmax(out, 1);
+      const tensor top = cotensor::max(out, 1).astype(dtype::float32);
+      firsts = first.to_vector<std::int64_t>();
+      largest = top.to_vector<float>();
+    } else {
+      logits = out.astype(dtype::float32).to_vector<float>();
+    }
   } catch (...) {
     // The step failed: so does every sequence in it (their cache contents are unknown).
     const std::exception_ptr error = std::current_exception();
@@ -186,11 +203,12 @@ bool generator::state::step() {
       }
     }
     if (p.sample && any_sample) {
-      const std::span<const float> scores(logits.data() + row * vocab, vocab);
-      ++row;
+      const std::size_t r = row++;
       try {
         picked.emplace_back(
-            &s, sample(scores, s.params, s.seed, static_cast<std::uint64_t>(s.generated)));
+            &s, greedy ? pick_greedy(firsts[r], largest[r])
+                       : sample(std::span<const float>(logits.data() + r * vocab, vocab), s.params,
+                                s.seed, static_cast<std::uint64_t>(s.generated)));
       } catch (...) {
         finish(s, finish_reason::error, std::current_exception());  // non-finite logits
       }
