@@ -128,5 +128,15 @@ TEST_SUITE("lm.blocks") {
       const std::vector<float> low(n, -std::numeric_limits<float>::infinity());
       CHECK(greedy(low) == 0);
     }
+    // A greedy step's rows as the workers give them (argmax and max): the same refusal.
+    CHECK(cotensor::lm::is_greedy({.temperature = 0.0F}));
+    CHECK(cotensor::lm::is_greedy({.temperature = 0.7F, .top_k = 1}));
+    CHECK_FALSE(cotensor::lm::is_greedy({.temperature = 0.7F}));
+    CHECK(cotensor::lm::pick_greedy(7, 3.5F) == 7);
+    CHECK(cotensor::lm::pick_greedy(0, -std::numeric_limits<float>::infinity()) == 0);
+    CHECK_THROWS_AS(cotensor::lm::pick_greedy(2, std::numeric_limits<float>::quiet_NaN()),
+                    std::runtime_error);
+    CHECK_THROWS_AS(cotensor::lm::pick_greedy(2, std::numeric_limits<float>::infinity()),
+                    std::runtime_error);
   }
 }
