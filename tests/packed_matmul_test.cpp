@@ -106,6 +106,47 @@ TEST_SUITE("gemm") {
     }
   }
 
+  TEST_CASE("a packed B with a bias gives the bits of the product plus the bias, in one op") {
+    for (const kind& k : kinds()) {
+      CAPTURE(cotensor::name(k.t));
+      for (const char* kernel : {k.own, k.other}) {
+        if (std::string(kernel) == k.own && !k.runs) {
+          continue;
+        }
+        CAPTURE(kernel);
+        const scoped_environment forced(k.variable, kernel);
+        const tensor b = operand(96, 200, 31, k.t);
+        const tensor bias = cotensor::reshape(operand(1, 200, 32, k.t), {200});
+        const packed_matrix packed(b);
+        CHECK(packed.packed() == (std::string(kernel) == k.own));
+        for (const std::int64_t rows : {1, 16, 100}) {
+          CAPTURE(rows);
+          const tensor a = operand(rows, 96, 33 + static_cast<std::uint32_t>(rows), k.t);
+          const auto issued = cotensor::runtime::current().stats().issued;
+          const tensor fused = cotensor::detail::matmul(a, packed, bias);
+          if (packed.packed()) {
+            CHECK(cotensor::runtime::current().stats().issued == issued + 1);  // one op
+          }
+          CHECK(differing(fused, cotensor::matmul(a, b) + bias) == 0);
+        }
+        // Batched rows, and a bias of another dtype (the two ops, promoted as operator+).
+        const tensor a3 = cotensor::reshape(operand(6, 96, 41, k.t), {2, 3, 96});
+        CHECK(differing(cotensor::detail::matmul(a3, packed, bias),
+                        cotensor::matmul(a3, b) + bias) == 0);
+        const tensor wide = bias.astype(dtype::float64);
+        const tensor promoted = cotensor::detail::matmul(a3, packed, wide);
+        CHECK(promoted.dtype() == dtype::float64);
+        CHECK(differing(promoted, cotensor::matmul(a3, b) + wide) == 0);
+        // No bias: the product alone; a bias of the wrong length: operator+'s error.
+        CHECK(differing(cotensor::detail::matmul(a3, packed, tensor()), cotensor::matmul(a3, b)) ==
+              0);
+        CHECK_THROWS_AS(
+            cotensor::detail::matmul(a3, packed, cotensor::reshape(operand(1, 7, 5, k.t), {7})),
+            std::invalid_argument);
+      }
+    }
+  }
+
   TEST_CASE(
       "B is kept as it is where the kernel is not cotensor's own, and bad shapes are refused") {
     for (const kind& k : kinds()) {

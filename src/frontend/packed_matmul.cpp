@@ -38,10 +38,10 @@ packed_matrix::packed_matrix(const tensor& b) : data_(b) {
   packed_ = true;
 }
 
-tensor matmul(const tensor& x, const packed_matrix& b) {
-  if (!b.packed()) {
-    return cotensor::matmul(x, b.data());
-  }
+namespace {
+
+// x · B into a new tensor, then, when `bias` is defined, bias added to its rows in place: one op.
+tensor packed_product(const tensor& x, const packed_matrix& b, const tensor* bias) {
   const tensor& p = b.data();
   require_same_device("matmul", x, p);
   const std::size_t r = x.rank();
@@ -62,20 +62,60 @@ tensor matmul(const tensor& x, const packed_matrix& b) {
   auto out = allocate("matmul", out_shape, x.device(), x.dtype());
   const auto& sx = checked(x, "matmul");
   const auto& sp = checked(p, "matmul");
-  issue("matmul", {sx, sp}, {out},
-        [kt = &kt, t = x.dtype(), px = sx.get(), pp = sp.get(), pc = out.get(), batch, m, k, n] {
-          kt->matmul_packed({.t = t,
-                             .a = px->raw(),
-                             .b = pp->raw(),
-                             .c = pc->raw(),
-                             .batch = batch,
-                             .m = m,
-                             .k = k,
-                             .n = n,
-                             .a_stride = m * k,
-                             .b_stride = 0});
-        });
+  const auto product = [kt = &kt, t = x.dtype(), px = sx.get(), pp = sp.get(), pc = out.get(),
+                        batch, m, k, n] {
+    kt->matmul_packed({.t = t,
+                       .a = px->raw(),
+                       .b = pp->raw(),
+                       .c = pc->raw(),
+                       .batch = batch,
+                       .m = m,
+                       .k = k,
+                       .n = n,
+                       .a_stride = m * k,
+                       .b_stride = 0});
+  };
+  if (bias == nullptr) {
+    issue("matmul", {sx, sp}, {out}, product);
+  } else {
+    // The bias as operator+ adds it (the binary kernel, broadcast over the rows, the product
+    // itself the output).
+    const auto& sb = checked(*bias, "matmul");
+    issue("linear", {sx, sp, sb}, {out},
+          [product, kt = &kt, t = x.dtype(), pb = sb.get(), pc = out.get(), out_shape,
+           bias_shape = bias->shape()] {
+            product();
+            kt->binary({.op = binary_op::add,
+                        .t = t,
+                        .a = pc->raw(),
+                        .a_shape = out_shape,
+                        .b = pb->raw(),
+                        .b_shape = bias_shape,
+                        .out = pc->raw(),
+                        .out_shape = out_shape});
+          });
+  }
   return {internal, std::move(out), std::move(out_shape)};
+}
+
+}  // namespace
+
+tensor matmul(const tensor& x, const packed_matrix& b) {
+  if (!b.packed()) {
+    return cotensor::matmul(x, b.data());
+  }
+  return packed_product(x, b, nullptr);
+}
+
+tensor matmul(const tensor& x, const packed_matrix& b, const tensor& bias) {
+  if (!bias.defined()) {
+    return matmul(x, b);
+  }
+  if (!b.packed() || bias.rank() != 1 || bias.shape()[0] != b.cols() || bias.dtype() != x.dtype() ||
+      bias.device() != x.device()) {
+    return matmul(x, b) + bias;
+  }
+  return packed_product(x, b, &bias);
 }
 
 }  // namespace cotensor::detail

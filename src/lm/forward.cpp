@@ -53,16 +53,16 @@ tensor model::impl::gpt2_forward(tensor h, const tensor& mask) const {
   const std::int64_t hd = head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   for (const gpt2_block& b : gpt2_blocks) {
-    const tensor qkv = matmul(layer_norm(h, b.ln1_w, b.ln1_b, eps), b.attn_w) + b.attn_b;
+    const tensor qkv = matmul(layer_norm(h, b.ln1_w, b.ln1_b, eps), b.attn_w, b.attn_b);
     std::vector<tensor> outs;
     for (std::int64_t k = 0; k < heads; ++k) {
       outs.push_back(attend(slice(qkv, 1, k * hd, (k + 1) * hd),
                             slice(qkv, 1, d + k * hd, d + (k + 1) * hd),
                             slice(qkv, 1, 2 * d + k * hd, 2 * d + (k + 1) * hd), mask, scale));
     }
-    h = h + (matmul(concat(outs, 1), b.attn_proj_w) + b.attn_proj_b);
+    h = h + matmul(concat(outs, 1), b.attn_proj_w, b.attn_proj_b);
     const tensor m = layer_norm(h, b.ln2_w, b.ln2_b, eps);
-    h = h + (matmul(gelu(matmul(m, b.fc_w) + b.fc_b, true), b.mlp_proj_w) + b.mlp_proj_b);
+    h = h + matmul(gelu(matmul(m, b.fc_w, b.fc_b), true), b.mlp_proj_w, b.mlp_proj_b);
   }
   return layer_norm(h, norm_w, norm_b, eps);
 }
@@ -92,15 +92,12 @@ tensor model::impl::llama_forward(tensor h, const tensor& mask) const {
     const tensor rotated = concat({slice(x, 1, half, hd) * -1.0, slice(x, 1, 0, half)}, 1);
     return x * cos_t + rotated * sin_t;
   };
-  const auto project = [](const tensor& x, const linear& w, const tensor& b) {
-    return b.defined() ? matmul(x, w) + b : matmul(x, w);
-  };
   const std::int64_t group = heads / kv_heads;
   for (const llama_block& b : llama_blocks) {
     const tensor a = rms_norm(h, b.in_norm, eps);
-    const tensor q = project(a, b.q_w, b.q_b);
-    const tensor k = project(a, b.k_w, b.k_b);
-    const tensor v = project(a, b.v_w, b.v_b);
+    const tensor q = matmul(a, b.q_w, b.q_b);
+    const tensor k = matmul(a, b.k_w, b.k_b);
+    const tensor v = matmul(a, b.v_w, b.v_b);
     std::vector<tensor> keys;
     std::vector<tensor> values;
     for (std::int64_t g = 0; g < kv_heads; ++g) {
@@ -138,24 +135,21 @@ tensor model::impl::step(const step_inputs& in, const kv_cache& cache) const {
     h = h + index_select(wpe, 0, in.positions);
     for (std::size_t l = 0; l < gpt2_blocks.size(); ++l) {
       const gpt2_block& b = gpt2_blocks[l];
-      const tensor qkv = matmul(layer_norm(h, b.ln1_w, b.ln1_b, eps), b.attn_w) + b.attn_b;
+      const tensor qkv = matmul(layer_norm(h, b.ln1_w, b.ln1_b, eps), b.attn_w, b.attn_b);
       const tensor a = attend_cached(l, slice(qkv, 1, 0, d), slice(qkv, 1, d, 2 * d),
                                      slice(qkv, 1, 2 * d, 3 * d));
-      h = h + (matmul(a, b.attn_proj_w) + b.attn_proj_b);
+      h = h + matmul(a, b.attn_proj_w, b.attn_proj_b);
       const tensor m = layer_norm(h, b.ln2_w, b.ln2_b, eps);
-      h = h + (matmul(gelu(matmul(m, b.fc_w) + b.fc_b, true), b.mlp_proj_w) + b.mlp_proj_b);
+      h = h + matmul(gelu(matmul(m, b.fc_w, b.fc_b), true), b.mlp_proj_w, b.mlp_proj_b);
     }
     h = layer_norm(index_select(h, 0, in.logit_rows), norm_w, norm_b, eps);
   } else {
-    const auto project = [](const tensor& x, const linear& w, const tensor& b) {
-      return b.defined() ? matmul(x, w) + b : matmul(x, w);
-    };
     for (std::size_t l = 0; l < llama_blocks.size(); ++l) {
       const llama_block& b = llama_blocks[l];
       const tensor x = cotensor::rms_norm(h, b.in_norm, eps);
-      const tensor q = rotary_embedding(project(x, b.q_w, b.q_b), in.positions, hd, rope_theta);
-      const tensor k = rotary_embedding(project(x, b.k_w, b.k_b), in.positions, hd, rope_theta);
-      h = h + matmul(attend_cached(l, q, k, project(x, b.v_w, b.v_b)), b.o_w);
+      const tensor q = rotary_embedding(matmul(x, b.q_w, b.q_b), in.positions, hd, rope_theta);
+      const tensor k = rotary_embedding(matmul(x, b.k_w, b.k_b), in.positions, hd, rope_theta);
+      h = h + matmul(attend_cached(l, q, k, matmul(x, b.v_w, b.v_b)), b.o_w);
       const tensor m = cotensor::rms_norm(h, b.post_norm, eps);
       const tensor gate = matmul(m, b.gate_w);
       h = h + matmul(gate * sigmoid(gate) * matmul(m, b.up_w), b.down_w);
