@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -84,6 +85,63 @@ TEST_SUITE("ops_nn") {
     CHECK(gelu(x.astype(dtype::bfloat16)).dtype() == dtype::bfloat16);
     CHECK(gelu(x.astype(dtype::float64)).to_vector<double>()[4] ==
           doctest::Approx(2.0 * 0.5 * (1.0 + std::erf(2.0 / std::sqrt(2.0)))));
+  }
+
+  TEST_CASE("gelu's tanh form in float16 and bfloat16: the double form rounded, within an ulp") {
+    // Computed in float for the halves (cpu/unary.cpp's gelu_tanh_half_span): against the
+    // double form rounded to the half, over [-12, 12] (the tail down to bfloat16's subnormals)
+    // and beyond, every result within one of the half's ulps and nearly all equal.
+    std::vector<float> xs;
+    for (int i = -12000; i <= 12000; ++i) {
+      xs.push_back(static_cast<float>(i) * 0.001F);
+    }
+    for (const float v : {-1e4F, -300.0F, 300.0F, 1e4F, 65504.0F, -0.0F}) {
+      xs.push_back(v);
+    }
+    const auto tanh_form = [](double x) {
+      const double k = 0.79788456080286535588;
+      return x / (1.0 + std::exp(-2.0 * k * (x + 0.044715 * x * x * x)));
+    };
+    for (const dtype t : {dtype::bfloat16, dtype::float16}) {
+      CAPTURE(t);
+      const tensor x = from_vector(xs, {static_cast<std::int64_t>(xs.size())}).astype(t);
+      const auto held = x.astype(dtype::float32).to_vector();
+      std::vector<float> want_f(held.size());
+      for (std::size_t i = 0; i < held.size(); ++i) {
+        want_f[i] = static_cast<float>(tanh_form(held[i]));
+      }
+      const auto want = from_vector(want_f, {static_cast<std::int64_t>(want_f.size())})
+                            .astype(t)
+                            .astype(dtype::float32)
+                            .to_vector();
+      const auto got = gelu(x, true).astype(dtype::float32).to_vector();
+      // One ulp of the half at |v|: the gap to the next value away from zero.
+      const auto ulp = [t](float v) {
+        const float next = from_vector({std::nextafter(std::fabs(v), INFINITY)}, {1})
+                               .astype(t)
+                               .astype(dtype::float32)
+                               .item();
+        const float here = from_vector({std::fabs(v)}, {1}).astype(t).astype(dtype::float32).item();
+        return next > here ? next - here : std::numeric_limits<float>::denorm_min();
+      };
+      std::size_t equal = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i])) {
+          ++equal;
+          continue;
+        }
+        CAPTURE(held[i]);
+        CHECK(std::fabs(got[i] - want[i]) <= ulp(want[i]));
+      }
+      CHECK(equal >= got.size() * 999 / 1000);
+      // Infinities and NaN as the float32 form gives them (-inf: NaN, as PyTorch's too).
+      const tensor specials = from_vector({INFINITY, -INFINITY, NAN}, {3});
+      const auto special = gelu(specials.astype(t), true).astype(dtype::float32).to_vector();
+      const auto special32 = gelu(specials, true).to_vector();
+      for (std::size_t i = 0; i < 3; ++i) {
+        CHECK((std::isnan(special32[i]) ? std::isnan(special[i]) : special[i] == special32[i]));
+      }
+    }
   }
 
   TEST_CASE("gelu keeps its relative accuracy far in the negative tail") {

@@ -20,7 +20,11 @@ void unary_half_span(unary_op op, const T* in, T* out, std::int64_t n) {
   for (std::int64_t lo = 0; lo < n; lo += block) {
     const std::int64_t m = std::min(block, n - lo);
     to_float_span(in + lo, buffer, m);
-    unary_span(op, buffer, buffer, m);
+    if (op == unary_op::gelu_tanh) {
+      gelu_tanh_half_span(buffer, buffer, m);  // in float: a half keeps fewer bits
+    } else {
+      unary_span(op, buffer, buffer, m);
+    }
     from_float_span(buffer, out + lo, m);
   }
 }

@@ -2,7 +2,10 @@
 // library (libmvec) where it is there: sixteen lanes per call on AVX-512, eight on AVX2,
 // ~0.5 ns an element on this project's machine against ~8 ns for a libm call per element.
 // gelu's tanh form (GPT-2's) is computed in double on libmvec's double exp and rounded once,
-// as its scalar form is: the same floats for all of 2^20 normal samples, 3.3x faster.
+// as its scalar form is: the same floats for all of 2^20 normal samples, 3.3x faster; for
+// float16 and bfloat16 results in float (gelu_tanh_half_span), which rounds to the same half
+// but where the float lands within a few ulps of a rounding point: [2048, 3072] bfloat16 (a
+// GPT-2 small prompt chunk's) 4.4 -> 2.3 ms on AMD Zen 4.
 // libmvec's float functions are within 4 ulp of the exact result (measured over every 97th
 // float: exp 2.6, log 3.9, tanh 1.4), where libm's are within 1; NumPy and PyTorch make the
 // same trade. The result of an element does not depend on its position or on the tensor's
@@ -99,6 +102,31 @@ __attribute__((target("avx2"), always_inline)) inline __m256d gelu_tanh4(__m256d
   return d / (1.0 + _ZGVdN4v_exp(-2.0 * u));
 }
 
+// gelu_tanh in float, x·σ(2u) (kernels.hpp), on sixteen and on eight lanes.
+__attribute__((target("avx512f"), always_inline)) inline __m512 gelu_tanh_float16(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0F);
+  const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+  const __m512 t = _mm512_mul_ps(_mm512_set1_ps(2.0F * 0.79788456080286535588F),
+                                 _mm512_add_ps(x, _mm512_mul_ps(_mm512_set1_ps(0.044715F), x3)));
+  const __m512 magnitude =
+      _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(t), _mm512_set1_epi32(INT32_MAX)));
+  const __m512 e = _ZGVeN16v_expf(_mm512_castsi512_ps(
+      _mm512_xor_si512(_mm512_castps_si512(magnitude), _mm512_set1_epi32(INT32_MIN))));
+  const __m512 d = _mm512_add_ps(one, e);
+  const __mmask16 negative = _mm512_cmp_ps_mask(t, _mm512_setzero_ps(), _CMP_LT_OQ);
+  return _mm512_mask_blend_ps(negative, _mm512_div_ps(x, d), _mm512_div_ps(_mm512_mul_ps(x, e), d));
+}
+__attribute__((target("avx2"), always_inline)) inline __m256 gelu_tanh_float8(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0F);
+  const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+  const __m256 t = _mm256_mul_ps(_mm256_set1_ps(2.0F * 0.79788456080286535588F),
+                                 _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(0.044715F), x3)));
+  const __m256 e = _ZGVdN8v_expf(_mm256_or_ps(t, _mm256_set1_ps(-0.0F)));  // exp(-|t|)
+  const __m256 d = _mm256_add_ps(one, e);
+  const __m256 negative = _mm256_cmp_ps(t, _mm256_setzero_ps(), _CMP_LT_OQ);
+  return _mm256_blendv_ps(_mm256_div_ps(x, d), _mm256_div_ps(_mm256_mul_ps(x, e), d), negative);
+}
+
 // f(x) on sixteen lanes. Sigmoid is the scalar expression's roundings on libmvec's exp.
 template <unary_op Op>
 __attribute__((target("avx512f"), always_inline)) inline __m512 lanes16(__m512 x) {
@@ -181,6 +209,32 @@ __attribute__((target("avx2"))) void span8(const float* in, float* out, std::int
   }
 }
 
+__attribute__((target("avx512f"))) void gelu_half16(const float* in, float* out, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(out + i, gelu_tanh_float16(_mm512_loadu_ps(in + i)));
+  }
+  if (i < n) {
+    const auto mask = static_cast<__mmask16>((1U << (n - i)) - 1U);
+    const __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0F), mask, in + i);
+    _mm512_mask_storeu_ps(out + i, mask, gelu_tanh_float16(x));
+  }
+}
+
+__attribute__((target("avx2"))) void gelu_half8(const float* in, float* out, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, gelu_tanh_float8(_mm256_loadu_ps(in + i)));
+  }
+  if (i < n) {
+    alignas(32) float tail[8] = {1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F};
+    const auto rest = static_cast<std::size_t>(n - i) * sizeof(float);
+    std::memcpy(tail, in + i, rest);
+    _mm256_store_ps(tail, gelu_tanh_float8(_mm256_load_ps(tail)));
+    std::memcpy(out + i, tail, rest);
+  }
+}
+
 enum class isa : std::uint8_t { avx512, avx2, none };
 
 isa vector_isa() noexcept {
@@ -229,9 +283,25 @@ bool transcendental_span(unary_op op, const float* in, float* out, std::int64_t 
   }
 }
 
+// True when libmvec computed out = gelu_tanh_half_span's f(in) over [0, n).
+bool gelu_half_vector_span(const float* in, float* out, std::int64_t n) {
+  switch (vector_isa()) {
+  case isa::avx512:
+    gelu_half16(in, out, n);
+    return true;
+  case isa::avx2:
+    gelu_half8(in, out, n);
+    return true;
+  case isa::none:
+    break;
+  }
+  return false;
+}
+
 #else
 
 bool transcendental_span(unary_op, const float*, float*, std::int64_t) { return false; }
+bool gelu_half_vector_span(const float*, float*, std::int64_t) { return false; }
 
 #endif
 
@@ -246,6 +316,18 @@ void unary_span(unary_op op, const float* in, float* out, std::int64_t n) {
       out[i] = f(in[i]);
     }
   });
+}
+
+void gelu_tanh_half_span(const float* in, float* out, std::int64_t n) {
+  if (gelu_half_vector_span(in, out, n)) {
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float x = in[i];
+    const float t = (2.0F * 0.79788456080286535588F) * (x + 0.044715F * ((x * x) * x));
+    const float e = std::exp(-std::fabs(t));
+    out[i] = t < 0.0F ? x * e / (1.0F + e) : x / (1.0F + e);
+  }
 }
 
 }  // namespace cotensor::detail::cpu
