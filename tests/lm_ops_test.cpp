@@ -104,14 +104,14 @@ check_chunked_attention(std::int64_t hd, dtype t, std::int64_t heads, std::int64
   const tensor kc = from_vector(kvals, {blocks, bs, kv_heads, hd}).astype(t);
   const tensor vc = from_vector(vvals, {blocks, bs, kv_heads, hd}).astype(t);
   const std::vector<std::int64_t> tables{7, 2, 9, 0, 4, 1, 3, 5, 6, 8, 10, 11};
-  std::vector<std::int64_t> seq(9, 0);
+  std::vector<std::int64_t> seq(11, 0);
   std::vector<std::int64_t> ctx;
-  for (std::int64_t r = 0; r < 9; ++r) {
+  for (std::int64_t r = 0; r < 11; ++r) {
     ctx.push_back(32 + r);
   }
   seq.insert(seq.end(), {1, 0, 1, 0});
   ctx.insert(ctx.end(), {37, 41, 20, 48});
-  const std::int64_t rows = 13;
+  const std::int64_t rows = 15;
   const auto qv = rounded(ramp(static_cast<std::size_t>(rows * heads * hd), 0.07F, 0.3F), t);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const tensor q = from_vector(qv, {rows, heads * hd}).astype(t);
@@ -284,11 +284,11 @@ TEST_SUITE("ops.lm") {
     // 20 to 48 keys (chunks of 16 and a partial one); query heads over key/value heads 4 over 4
     // (GPT-2's kind), 4 over 2 (one group of heads at once), 6 over 3 (a group and a part, and a
     // row alone split into pieces of heads that start past the first key/value head) and 8 over
-    // 2 (four heads sharing one transposed block); sequence 0's 9 rows are a prompt chunk (a
-    // tile of 8 rows and one alone), then four decode rows of sequences 1 and 0 in turn (rows
-    // alone). COTENSOR_ATTENTION=generic computes the rows alone as the tiles do; auto and
+    // 2 (four heads sharing one transposed block); sequence 0's 11 rows are a prompt chunk
+    // (tiles of 8 rows and of 3), then four decode rows of sequences 1 and 0 in turn (rows
+    // alone). COTENSOR_ATTENTION=generic computes tiles and rows alone in plain C++; auto and
     // avx512, where the CPU has AVX-512 and the head size is a multiple of 16 (not 72), in
-    // registers (cpu/attention_avx512.cpp): the same bits either way.
+    // registers (cpu/attention_avx512.cpp): the same bits either way, checked against generic.
     std::vector<const char*> kernels{"generic", "auto"};
     if (cpu_has_avx512()) {
       kernels.push_back("avx512");
