@@ -165,34 +165,13 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_a
                                                          float* kt) {
   const std::int64_t hd = a.head_dim;
   const std::int64_t row_width = a.kv_heads * hd;
-  const std::int64_t width = a.heads * hd;
   const std::int64_t group = a.heads / a.kv_heads;
   const auto* kc = static_cast<const T*>(a.k_cache);
   const auto* vc = static_cast<const T*>(a.v_cache);
   const auto scale = static_cast<float>(a.scale);
   const std::int64_t* table = a.block_tables + a.sequence[r0] * a.table_width;
-  // The tile's queries in float; rows past `rows` repeat the last (computed, never used).
   std::int64_t keys[Rows];
-  std::int64_t most = 0;
-  for (int r = 0; r < Rows; ++r) {
-    const std::int64_t row = r0 + std::min<std::int64_t>(r, rows - 1);
-    keys[r] = r < rows ? a.context[row] : 0;
-    most = std::max(most, keys[r]);
-    for (std::int64_t h = h0; h < h1; ++h) {
-      const T* q = static_cast<const T*>(a.q) + row * width + h * hd;
-      float* out = qf + ((h - h0) * Rows + r) * hd;
-      for (std::int64_t i = 0; i < hd; ++i) {
-        out[i] = static_cast<float>(q[i]);
-      }
-    }
-  }
-  for (std::int64_t h = h0; h < h1; ++h) {
-    for (int r = 0; r < Rows; ++r) {
-      st[h - h0].top[r] = -std::numeric_limits<float>::infinity();
-      st[h - h0].total[r] = 0.0F;
-    }
-  }
-  std::fill(acc, acc + (h1 - h0) * Rows * hd, 0.0F);
+  const std::int64_t most = start_tile<T, Rows>(a, r0, rows, h0, h1, acc, qf, st, keys);
   // The cache rows' span these heads read: key/value heads first_kv .. last_kv.
   const std::int64_t first_kv = h0 / group;
   const std::int64_t span = ((h1 - 1) / group - first_kv + 1) * hd;
@@ -260,15 +239,7 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_a
       }
     }
   }
-  for (std::int64_t h = h0; h < h1; ++h) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      T* o = static_cast<T*>(a.out) + (r0 + r) * width + h * hd;
-      const float* sums = acc + ((h - h0) * Rows + r) * hd;
-      for (std::int64_t i = 0; i < hd; ++i) {
-        o[i] = T(static_cast<compute_t<T>>(sums[i] / st[h - h0].total[r]));
-      }
-    }
-  }
+  end_tile<T, Rows>(a, r0, rows, h0, h1, acc, st);
 }
 
 // One piece of work: a tile of rows and a range of heads.

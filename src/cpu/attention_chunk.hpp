@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace cotensor::detail::cpu {
 
@@ -78,6 +79,67 @@ inline void chunk_weights(float (&scores)[key_chunk],
   unary_span(unary_op::exp, scores, weights, key_chunk);
   for (std::int64_t c = 0; c < m; ++c) {
     total += weights[c];
+  }
+}
+
+// A tile's start, the same in both ways: the key counts of rows r0 .. r0 + rows - 1 of one
+// sequence in `keys` (0 past `rows`); their queries of heads [h0, h1) in float in `qf`, head by
+// head, Rows rows of head_dim each (rows past `rows` repeat the last: computed, never used);
+// each head's running state reset and its sums in `acc` zeroed. Returns the most keys of a row.
+template <class T, int Rows>
+std::int64_t start_tile(const paged_attention_args& a,
+                        std::int64_t r0,
+                        std::int64_t rows,
+                        std::int64_t h0,
+                        std::int64_t h1,
+                        float* acc,
+                        float* qf,
+                        tile_state* st,
+                        std::int64_t (&keys)[Rows]) {
+  const std::int64_t hd = a.head_dim;
+  const std::int64_t width = a.heads * hd;
+  std::int64_t most = 0;
+  for (int r = 0; r < Rows; ++r) {
+    const std::int64_t row = r0 + std::min<std::int64_t>(r, rows - 1);
+    keys[r] = r < rows ? a.context[row] : 0;
+    most = std::max(most, keys[r]);
+    for (std::int64_t h = h0; h < h1; ++h) {
+      const T* q = static_cast<const T*>(a.q) + row * width + h * hd;
+      float* out = qf + ((h - h0) * Rows + r) * hd;
+      for (std::int64_t i = 0; i < hd; ++i) {
+        out[i] = static_cast<float>(q[i]);
+      }
+    }
+  }
+  for (std::int64_t h = h0; h < h1; ++h) {
+    for (int r = 0; r < Rows; ++r) {
+      st[h - h0].top[r] = -std::numeric_limits<float>::infinity();
+      st[h - h0].total[r] = 0.0F;
+    }
+  }
+  std::fill(acc, acc + (h1 - h0) * Rows * hd, 0.0F);
+  return most;
+}
+
+// A tile's end: each row's sums over its weights' total, rounded once to T, into the output.
+template <class T, int Rows>
+void end_tile(const paged_attention_args& a,
+              std::int64_t r0,
+              std::int64_t rows,
+              std::int64_t h0,
+              std::int64_t h1,
+              const float* acc,
+              const tile_state* st) {
+  const std::int64_t hd = a.head_dim;
+  const std::int64_t width = a.heads * hd;
+  for (std::int64_t h = h0; h < h1; ++h) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* o = static_cast<T*>(a.out) + (r0 + r) * width + h * hd;
+      const float* sums = acc + ((h - h0) * Rows + r) * hd;
+      for (std::int64_t i = 0; i < hd; ++i) {
+        o[i] = T(sums[i] / st[h - h0].total[r]);
+      }
+    }
   }
 }
 
