@@ -374,6 +374,11 @@ TEST_SUITE("ops_dtypes") {
       nan[(at + 100) % base.size()] = NAN;
       rows.push_back(nan);
     }
+    for (const std::size_t at : {std::size_t{0}, std::size_t{195}}) {  // first, and in the tail
+      auto nan = base;
+      nan[at] = NAN;
+      rows.push_back(nan);
+    }
     std::vector<float> flat;
     for (const auto& r : rows) {
       flat.insert(flat.end(), r.begin(), r.end());

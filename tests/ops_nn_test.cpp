@@ -198,8 +198,8 @@ TEST_SUITE("ops_nn") {
             "without weight and bias") {
     // Row lengths past, at and short of the partial sums' 8 lanes; each element's expression as
     // the kernel's: the sums j % 8 in double, added pairwise, ((x - mean) * inv) * w + b in
-    // double, rounded to float (then to the dtype). Here compiled for the baseline CPU without
-    // fused multiply-adds; the library's AVX-512 and AVX2 clones must give the same bits.
+    // double, rounded to float (then to the dtype; float64 stays double). This file is compiled
+    // without fused multiply-adds; the library's AVX-512 and AVX2 clones must give the same bits.
     for (const std::int64_t cols : {5, 8, 771}) {
       const std::int64_t rows = 3;
       std::vector<float> xv(static_cast<std::size_t>(rows * cols));
@@ -212,23 +212,25 @@ TEST_SUITE("ops_nn") {
         wv[j] = 1.0F + 0.01F * static_cast<float>(j % 17);
         bv[j] = 0.1F * static_cast<float>(j % 5) - 0.2F;
       }
-      for (const dtype t : {dtype::float32, dtype::bfloat16, dtype::float16}) {
-        for (const bool affine : {true, false}) {
+      for (const dtype t : {dtype::float32, dtype::float64, dtype::bfloat16, dtype::float16}) {
+        for (const int affine : {0, 1, 2, 3}) {  // weight (bit 0) and bias (bit 1), or neither
           CAPTURE(cols);
           CAPTURE(t);
           CAPTURE(affine);
+          const bool with_weight = (affine & 1) != 0;
+          const bool with_bias = (affine & 2) != 0;
           // The inputs as the dtype holds them.
           const auto x = from_vector(xv, {rows, cols}).astype(t);
           const auto w = from_vector(wv, {cols}).astype(t);
           const auto b = from_vector(bv, {cols}).astype(t);
-          const auto xs = x.astype(dtype::float32).to_vector();
-          const auto ws = w.astype(dtype::float32).to_vector();
-          const auto bs = b.astype(dtype::float32).to_vector();
-          const auto y = (affine ? layer_norm(x, w, b, 1e-5) : layer_norm(x, tensor(), tensor()))
-                             .astype(dtype::float32)
-                             .to_vector();
+          const auto xs = x.astype(dtype::float64).to_vector<double>();
+          const auto ws = w.astype(dtype::float64).to_vector<double>();
+          const auto bs = b.astype(dtype::float64).to_vector<double>();
+          const auto y64 = layer_norm(x, with_weight ? w : tensor(), with_bias ? b : tensor(), 1e-5)
+                               .astype(dtype::float64)
+                               .to_vector<double>();
           for (std::int64_t r = 0; r < rows; ++r) {
-            const float* row = xs.data() + r * cols;
+            const double* row = xs.data() + r * cols;
             const auto sum = [&](auto term) {
               double lane[8] = {};
               for (std::int64_t j = 0; j < cols; ++j) {
@@ -237,30 +239,31 @@ TEST_SUITE("ops_nn") {
               return ((lane[0] + lane[4]) + (lane[2] + lane[6])) +
                      ((lane[1] + lane[5]) + (lane[3] + lane[7]));
             };
-            const double mean = sum([&](std::int64_t j) { return static_cast<double>(row[j]); }) /
-                                static_cast<double>(cols);
+            const double mean =
+                sum([&](std::int64_t j) { return row[j]; }) / static_cast<double>(cols);
             const double var = sum([&](std::int64_t j) {
-                                 const double d = static_cast<double>(row[j]) - mean;
+                                 const double d = row[j] - mean;
                                  return d * d;
                                }) /
                                static_cast<double>(cols);
             const double inv = 1.0 / std::sqrt(var + 1e-5);
-            const auto want_row = [&](std::int64_t j) {
-              double v = (static_cast<double>(row[j]) - mean) * inv;
-              if (affine) {
-                v = v * static_cast<double>(ws[static_cast<std::size_t>(j)]) +
-                    static_cast<double>(bs[static_cast<std::size_t>(j)]);
-              }
-              return static_cast<float>(v);
-            };
-            std::vector<float> want(static_cast<std::size_t>(cols));
+            // In double; rounded to float, then to the dtype (float64: not rounded).
+            std::vector<double> want(static_cast<std::size_t>(cols));
             for (std::int64_t j = 0; j < cols; ++j) {
-              want[static_cast<std::size_t>(j)] = want_row(j);
+              const auto at = static_cast<std::size_t>(j);
+              double v = (row[j] - mean) * inv;
+              if (with_weight) {
+                v = v * ws[at];
+              }
+              if (with_bias) {
+                v = v + bs[at];
+              }
+              want[at] = t == dtype::float64 ? v : static_cast<double>(static_cast<float>(v));
             }
             const auto rounded =
-                from_vector(want, {cols}).astype(t).astype(dtype::float32).to_vector();
+                from_vector(want, {cols}).astype(t).astype(dtype::float64).to_vector<double>();
             for (std::int64_t j = 0; j < cols; ++j) {
-              CHECK(y[static_cast<std::size_t>(r * cols + j)] ==
+              CHECK(y64[static_cast<std::size_t>(r * cols + j)] ==
                     rounded[static_cast<std::size_t>(j)]);
             }
           }

@@ -69,10 +69,11 @@ void randn(const randn_args& args);
 /// (libmvec, src/cpu/unary.cpp); the others are exact or rounded once from double.
 void unary_span(unary_op op, const float* in, float* out, std::int64_t n);
 /// gelu's tanh form in float for float16 and bfloat16 results, on the calling thread:
-/// x·σ(2u), u = √(2/π)·(x + 0.044715·x³), with libmvec's float exp (within 4 ulp), σ as
-/// sigmoid computes it (no overflow for x ≪ 0). Within a few float ulps of the double form
-/// unary_span computes for float32, so its rounding to a half is that of the double form but
-/// where the float lies within those ulps of a rounding point; ~3x faster.
+/// x·σ(t), t = 2√(2/π)·(x + 0.044715·x³), as x / (1 + e) for t ≥ 0 and x·e / (1 + e) below,
+/// e = exp(−|t|) (so no overflow for x ≪ 0), on libmvec's float exp (within 4 ulp; libm's
+/// without libmvec). Within a few float ulps of the double form unary_span computes for
+/// float32, so its rounding to a half is that of the double form but where the float lies
+/// within those ulps of a rounding point; about twice as fast.
 void gelu_tanh_half_span(const float* in, float* out, std::int64_t n);
 /// c[m, n] = a[m, k] · b[k, n], row-major, SGEMM on tiles.
 void sgemm(

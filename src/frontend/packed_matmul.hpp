@@ -45,9 +45,10 @@ private:
 tensor matmul(const tensor& x, const packed_matrix& b);
 
 /// `matmul(x, b) + bias`, the same bits, in one op where B is laid out and `bias` is [n] of x's
-/// dtype and device: the bias is added to the product's rows in place, on the worker that
-/// computed them, with no op of its own to wait for (a decode step of GPT-2 has 48). Otherwise
-/// (B not laid out, an undefined bias, another shape or dtype) the two ops, with their errors.
+/// dtype and device: once the product is done, the same op adds the bias to its rows in place
+/// (operator+'s kernel), with no op of its own to issue and wait for (a decode step of GPT-2 has
+/// 48). Otherwise (B not laid out, an undefined bias, another shape or dtype) the two ops, with
+/// their errors.
 tensor matmul(const tensor& x, const packed_matrix& b, const tensor& bias);
 
 }  // namespace cotensor::detail
