@@ -22,8 +22,11 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -362,6 +365,69 @@ TEST_SUITE("lm.generate") {
     CHECK(eventually([&] { return g.stats().kv_blocks_used == 0; }));
     auto next = g.submit(prompt, run20);
     CHECK(read_one(next).size() == 20);
+  }
+
+  TEST_CASE("logits that are not finite end their sequence with an error, greedy or sampling, "
+            "and the generator goes on") {
+    // gpt2-tiny with its final layer norm's bias NaN (float32 bytes patched in a copy): every
+    // logit is NaN. A greedy step reads each row's argmax and max from the workers, a sampling
+    // step every logit: both refuse the row.
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("cotensor-lm-nan-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(data / "gpt2-tiny", dir);
+    {
+      std::fstream f(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+      std::uint64_t header_bytes = 0;
+      f.read(reinterpret_cast<char*>(&header_bytes), sizeof header_bytes);
+      std::string header(static_cast<std::size_t>(header_bytes), '\0');
+      f.read(header.data(), static_cast<std::streamsize>(header.size()));
+      // {"transformer.ln_f.bias":{"dtype":"F32","shape":[32],"data_offsets":[begin,end]},...}
+      const auto entry = header.find("\"transformer.ln_f.bias\"");
+      REQUIRE(entry != std::string::npos);
+      REQUIRE(header.find("\"F32\"", entry) < header.find('}', entry));
+      const auto numbers = header.find("\"data_offsets\"", entry) + 16;
+      std::size_t used = 0;
+      const auto begin = std::stoll(header.substr(numbers), &used);
+      const auto end = std::stoll(header.substr(numbers + used + 1));
+      const std::vector<float> nan(static_cast<std::size_t>((end - begin) / 4),
+                                   std::numeric_limits<float>::quiet_NaN());
+      f.seekp(static_cast<std::streamoff>(8 + header_bytes + static_cast<std::uint64_t>(begin)));
+      f.write(reinterpret_cast<const char*>(nan.data()), end - begin);
+    }
+    const model m = model::load(dir);
+    generator g(m);
+    const auto prompt = m.tokenizer().encode("Hello");
+    for (const sampling_params& p :
+         {sampling_params{.temperature = 0.0F, .max_tokens = 8, .ignore_eos = true},
+          sampling_params{.temperature = 1.0F, .seed = 3, .max_tokens = 8, .ignore_eos = true}}) {
+      CAPTURE(p.temperature);
+      auto s = g.submit(prompt, p);
+      asio::io_context io;
+      boost::system::error_code ec;
+      std::size_t tokens = 0;
+      asio::co_spawn(
+          io,
+          [&]() -> asio::awaitable<void> {
+            for (;;) {
+              auto [e, id] = co_await s.async_next(asio::as_tuple(asio::use_awaitable));
+              if (e || !id) {
+                ec = e;
+                co_return;
+              }
+              ++tokens;
+            }
+          },
+          asio::detached);
+      io.run();
+      CHECK(tokens == 0);
+      CHECK(ec == boost::system::errc::io_error);
+      CHECK(s.finish_reason() == finish_reason::error);
+      CHECK_THROWS_WITH_AS(std::rethrow_exception(s.error()), doctest::Contains("not finite"),
+                           std::runtime_error);
+    }
+    CHECK(eventually([&] { return g.stats().kv_blocks_used == 0; }));
+    std::filesystem::remove_all(dir);
   }
 
   TEST_CASE("destroying the generator ends every sequence, its pending reader included") {
