@@ -170,12 +170,13 @@ bool generator::state::step() {
     if (!any_sample) {
       out.wait();
     } else if (greedy) {
+      // to_vector converts to float32 as astype does, with no op of its own.
       const tensor first = argmax(out, 1);
-      const tensor top = cotensor::max(out, 1).astype(dtype::float32);
+      const tensor top = cotensor::max(out, 1);
       firsts = first.to_vector<std::int64_t>();
       largest = top.to_vector<float>();
     } else {
-      logits = out.astype(dtype::float32).to_vector<float>();
+      logits = out.to_vector<float>();
     }
   } catch (...) {
     // The step failed: so does every sequence in it (their cache contents are unknown).
