@@ -127,10 +127,13 @@ __attribute__((target("avx2"), always_inline)) inline __m256 gelu_tanh_float8(__
   return _mm256_blendv_ps(_mm256_div_ps(x, d), _mm256_div_ps(_mm256_mul_ps(x, e), d), negative);
 }
 
-// f(x) on sixteen lanes. Sigmoid is the scalar expression's roundings on libmvec's exp.
-template <unary_op Op>
+// f(x) on sixteen lanes (gelu_tanh in float for the halves when InFloat). Sigmoid is the
+// scalar expression's roundings on libmvec's exp.
+template <unary_op Op, bool InFloat = false>
 __attribute__((target("avx512f"), always_inline)) inline __m512 lanes16(__m512 x) {
-  if constexpr (Op == unary_op::gelu_tanh) {
+  if constexpr (Op == unary_op::gelu_tanh && InFloat) {
+    return gelu_tanh_float16(x);
+  } else if constexpr (Op == unary_op::gelu_tanh) {
     const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
     const __m512d hi =
         _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
@@ -157,9 +160,11 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 lanes16(__m512 x
   }
 }
 
-template <unary_op Op>
+template <unary_op Op, bool InFloat = false>
 __attribute__((target("avx2"), always_inline)) inline __m256 lanes8(__m256 x) {
-  if constexpr (Op == unary_op::gelu_tanh) {
+  if constexpr (Op == unary_op::gelu_tanh && InFloat) {
+    return gelu_tanh_float8(x);
+  } else if constexpr (Op == unary_op::gelu_tanh) {
     const __m128 a = _mm256_cvtpd_ps(gelu_tanh4(_mm256_cvtps_pd(_mm256_castps256_ps128(x))));
     const __m128 b = _mm256_cvtpd_ps(gelu_tanh4(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
     return _mm256_insertf128_ps(_mm256_castps128_ps256(a), b, 1);
@@ -181,56 +186,30 @@ __attribute__((target("avx2"), always_inline)) inline __m256 lanes8(__m256 x) {
 
 // The tail's unused lanes hold 1.0F, a value every function takes without raising a
 // floating-point exception (0 would make log divide by zero).
-template <unary_op Op>
+template <unary_op Op, bool InFloat = false>
 __attribute__((target("avx512f"))) void span16(const float* in, float* out, std::int64_t n) {
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    _mm512_storeu_ps(out + i, lanes16<Op>(_mm512_loadu_ps(in + i)));
+    _mm512_storeu_ps(out + i, lanes16<Op, InFloat>(_mm512_loadu_ps(in + i)));
   }
   if (i < n) {
     const auto mask = static_cast<__mmask16>((1U << (n - i)) - 1U);
     const __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0F), mask, in + i);
-    _mm512_mask_storeu_ps(out + i, mask, lanes16<Op>(x));
+    _mm512_mask_storeu_ps(out + i, mask, lanes16<Op, InFloat>(x));
   }
 }
 
-template <unary_op Op>
+template <unary_op Op, bool InFloat = false>
 __attribute__((target("avx2"))) void span8(const float* in, float* out, std::int64_t n) {
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i, lanes8<Op>(_mm256_loadu_ps(in + i)));
+    _mm256_storeu_ps(out + i, lanes8<Op, InFloat>(_mm256_loadu_ps(in + i)));
   }
   if (i < n) {
     alignas(32) float tail[8] = {1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F};
     const auto rest = static_cast<std::size_t>(n - i) * sizeof(float);
     std::memcpy(tail, in + i, rest);
-    _mm256_store_ps(tail, lanes8<Op>(_mm256_load_ps(tail)));
-    std::memcpy(out + i, tail, rest);
-  }
-}
-
-__attribute__((target("avx512f"))) void gelu_half16(const float* in, float* out, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    _mm512_storeu_ps(out + i, gelu_tanh_float16(_mm512_loadu_ps(in + i)));
-  }
-  if (i < n) {
-    const auto mask = static_cast<__mmask16>((1U << (n - i)) - 1U);
-    const __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0F), mask, in + i);
-    _mm512_mask_storeu_ps(out + i, mask, gelu_tanh_float16(x));
-  }
-}
-
-__attribute__((target("avx2"))) void gelu_half8(const float* in, float* out, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i, gelu_tanh_float8(_mm256_loadu_ps(in + i)));
-  }
-  if (i < n) {
-    alignas(32) float tail[8] = {1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F};
-    const auto rest = static_cast<std::size_t>(n - i) * sizeof(float);
-    std::memcpy(tail, in + i, rest);
-    _mm256_store_ps(tail, gelu_tanh_float8(_mm256_load_ps(tail)));
+    _mm256_store_ps(tail, lanes8<Op, InFloat>(_mm256_load_ps(tail)));
     std::memcpy(out + i, tail, rest);
   }
 }
@@ -250,14 +229,14 @@ isa vector_isa() noexcept {
   return found;
 }
 
-template <unary_op Op>
+template <unary_op Op, bool InFloat = false>
 bool vector_span(const float* in, float* out, std::int64_t n) {
   switch (vector_isa()) {
   case isa::avx512:
-    span16<Op>(in, out, n);
+    span16<Op, InFloat>(in, out, n);
     return true;
   case isa::avx2:
-    span8<Op>(in, out, n);
+    span8<Op, InFloat>(in, out, n);
     return true;
   case isa::none:
     break;
@@ -285,17 +264,7 @@ bool transcendental_span(unary_op op, const float* in, float* out, std::int64_t 
 
 // True when libmvec computed out = gelu_tanh_half_span's f(in) over [0, n).
 bool gelu_half_vector_span(const float* in, float* out, std::int64_t n) {
-  switch (vector_isa()) {
-  case isa::avx512:
-    gelu_half16(in, out, n);
-    return true;
-  case isa::avx2:
-    gelu_half8(in, out, n);
-    return true;
-  case isa::none:
-    break;
-  }
-  return false;
+  return vector_span<unary_op::gelu_tanh, true>(in, out, n);
 }
 
 #else
