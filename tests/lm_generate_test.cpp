@@ -59,6 +59,32 @@ std::vector<std::vector<std::int32_t>> read_all(std::vector<sequence>& seqs) {
   return out;
 }
 
+// The ids of `s` up to its end, and how its last wait completed (no error at the end of the
+// sequence; the step's error when one ends it).
+struct read_to_end_result {
+  std::vector<std::int32_t> ids;
+  boost::system::error_code ec;
+};
+read_to_end_result read_to_end(sequence& s) {
+  asio::io_context io;
+  read_to_end_result out;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (;;) {
+          auto [e, id] = co_await s.async_next(asio::as_tuple(asio::use_awaitable));
+          if (e || !id) {
+            out.ec = e;
+            co_return;
+          }
+          out.ids.push_back(*id);
+        }
+      },
+      asio::detached);
+  io.run();
+  return out;
+}
+
 std::vector<std::int32_t> read_one(sequence& s) {
   std::vector<sequence> one;
   one.push_back(std::move(s));
@@ -340,26 +366,10 @@ TEST_SUITE("lm.generate") {
     // Paused after its first token: no step runs until it is read.
     REQUIRE(eventually([&] { return g.stats().steps == 1; }));
     cotensor::detail::faults::fail_op(1);  // the next step's first op fails
-    asio::io_context io;
-    std::vector<std::int32_t> got;
-    boost::system::error_code ec;
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-          for (;;) {
-            auto [e, id] = co_await s.async_next(asio::as_tuple(asio::use_awaitable));
-            if (e || !id) {
-              ec = e;
-              co_return;
-            }
-            got.push_back(*id);
-          }
-        },
-        asio::detached);
-    io.run();
+    const auto got = read_to_end(s);
     cotensor::detail::faults::reset();
-    CHECK(got.size() == 1);  // the token before the failed step
-    CHECK(ec == boost::system::errc::io_error);
+    CHECK(got.ids.size() == 1);  // the token before the failed step
+    CHECK(got.ec == boost::system::errc::io_error);
     CHECK(s.finish_reason() == finish_reason::error);
     CHECK_THROWS_AS(std::rethrow_exception(s.error()), cotensor::detail::faults::injected_fault);
     CHECK(eventually([&] { return g.stats().kv_blocks_used == 0; }));
@@ -403,25 +413,9 @@ TEST_SUITE("lm.generate") {
           sampling_params{.temperature = 1.0F, .seed = 3, .max_tokens = 8, .ignore_eos = true}}) {
       CAPTURE(p.temperature);
       auto s = g.submit(prompt, p);
-      asio::io_context io;
-      boost::system::error_code ec;
-      std::size_t tokens = 0;
-      asio::co_spawn(
-          io,
-          [&]() -> asio::awaitable<void> {
-            for (;;) {
-              auto [e, id] = co_await s.async_next(asio::as_tuple(asio::use_awaitable));
-              if (e || !id) {
-                ec = e;
-                co_return;
-              }
-              ++tokens;
-            }
-          },
-          asio::detached);
-      io.run();
-      CHECK(tokens == 0);
-      CHECK(ec == boost::system::errc::io_error);
+      const auto got = read_to_end(s);
+      CHECK(got.ids.empty());
+      CHECK(got.ec == boost::system::errc::io_error);
       CHECK(s.finish_reason() == finish_reason::error);
       CHECK_THROWS_WITH_AS(std::rethrow_exception(s.error()), doctest::Contains("not finite"),
                            std::runtime_error);
