@@ -16,12 +16,13 @@ std::unique_ptr<backend> make_backend(const engine_options& options);
 
 /// The allocator of host buffers: 64-byte aligned blocks from the pooled host allocator; up to
 /// 64 KiB a buffer gets its memory when it is made (storage takes those blocks itself), larger
-/// ones when their first writer starts, through a small cache of recently freed blocks.
+/// ones when their first writer starts, through a small cache of recently freed blocks; large
+/// lasting ones in whole transparent huge pages (host_memory.cpp).
 class host_allocator final : public device_allocator {
 public:
   constexpr host_allocator() noexcept : device_allocator(64 * 1024, true) {}
-  void* allocate(device d, std::size_t bytes, bool delayed) override;
-  void deallocate(device d, void* p, std::size_t bytes, bool delayed) noexcept override;
+  void* allocate(device d, std::size_t bytes, block_use use) override;
+  void deallocate(device d, void* p, std::size_t bytes, block_use use) noexcept override;
 };
 
 /// The one host allocator (constant-initialised: buffers may be made during static

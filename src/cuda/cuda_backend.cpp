@@ -202,7 +202,7 @@ void note_freed(int index, memory_state& m, std::uint64_t bytes) noexcept {
 
 device_memory_allocator device_memory;
 
-void* device_memory_allocator::allocate(device d, std::size_t bytes, bool /*delayed*/) {
+void* device_memory_allocator::allocate(device d, std::size_t bytes, block_use /*use*/) {
   memory_state& m = memory_of(d.index);
   void* p = nullptr;
   if (launch* l = current_launch; l != nullptr && l->device->index() == d.index) {
@@ -230,7 +230,7 @@ void* device_memory_allocator::allocate(device d, std::size_t bytes, bool /*dela
 void device_memory_allocator::deallocate(device d,
                                          void* p,
                                          std::size_t bytes,
-                                         bool /*delayed*/) noexcept {
+                                         block_use /*use*/) noexcept {
   try {
     // Freed during a launch on its device (the loser of a race for a buffer's first memory,
     // whose allocation may be queued still): in that launch's stream order.

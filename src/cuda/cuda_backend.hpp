@@ -24,8 +24,8 @@ namespace cotensor::detail::cuda {
 class device_memory_allocator final : public device_allocator {
 public:
   constexpr device_memory_allocator() noexcept : device_allocator(0, false) {}
-  void* allocate(device d, std::size_t bytes, bool delayed) override;
-  void deallocate(device d, void* p, std::size_t bytes, bool delayed) noexcept override;
+  void* allocate(device d, std::size_t bytes, block_use use) override;
+  void deallocate(device d, void* p, std::size_t bytes, block_use use) noexcept override;
 };
 
 extern device_memory_allocator device_memory;

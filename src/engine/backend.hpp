@@ -54,6 +54,17 @@ void run_op(op_node* op) noexcept;
 /// `submit_retire`.
 void retire_op(op_node* op) noexcept;
 
+/// What a buffer's block is for, which its allocator may use to place it.
+enum class block_use : std::uint8_t {
+  /// Allocated as its buffer is made (at most `delayed_bytes()`).
+  immediate,
+  /// Allocated as its buffer's first writer starts, on that op's backend thread.
+  delayed,
+  /// Delayed, of a `buffer_lifetime::lasting` buffer (engine/storage.hpp): a model's weights,
+  /// read again and again for as long as the model lives.
+  lasting,
+};
+
 /// Where a device's buffers get their memory. One per device type, process-wide and never
 /// destroyed: a buffer may outlive every runtime.
 class device_allocator {
@@ -68,12 +79,11 @@ public:
 
   std::size_t delayed_bytes() const noexcept { return delayed_bytes_; }
   bool small_in_host_blocks() const noexcept { return small_in_host_blocks_; }
-  /// A block of `bytes` for a buffer on `d` (`delayed`: allocated as its first writer starts,
-  /// on that op's backend thread). Throws std::bad_alloc.
-  virtual void* allocate(device d, std::size_t bytes, bool delayed) = 0;
-  /// Gives back a block from `allocate` with the same `d`, `bytes` and `delayed`, from any
-  /// thread, once no op uses it any more (the ops that touched its buffer have ended).
-  virtual void deallocate(device d, void* p, std::size_t bytes, bool delayed) noexcept = 0;
+  /// A block of `bytes` for a buffer on `d`, used as `use` says. Throws std::bad_alloc.
+  virtual void* allocate(device d, std::size_t bytes, block_use use) = 0;
+  /// Gives back a block from `allocate` with the same `d`, `bytes` and `use`, from any thread,
+  /// once no op uses it any more (the ops that touched its buffer have ended).
+  virtual void deallocate(device d, void* p, std::size_t bytes, block_use use) noexcept = 0;
 
   /// The alignment of host blocks.
   static constexpr std::size_t host_alignment = 64;

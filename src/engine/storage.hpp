@@ -14,6 +14,17 @@
 namespace cotensor::detail {
 
 class device_allocator;
+enum class block_use : std::uint8_t;
+
+/// How long a buffer is expected to live, for its allocator's choice of memory.
+enum class buffer_lifetime : std::uint8_t {
+  /// A result, a temporary: freed any time.
+  ordinary,
+  /// Kept and read again and again for as long as a model lives (weights laid out for its
+  /// products): on the CPU, a large one lies in transparent huge pages, packed with others
+  /// (cpu/host_memory.cpp).
+  lasting,
+};
 
 /// A tensor's buffer: its device's memory for `numel` elements of its dtype, the read/write queue
 /// that orders access, and a fence slot for devices that order their own work (see
@@ -28,8 +39,10 @@ class storage {
 public:
   /// A new buffer for a tensor of shape `s` on `d`, uninitialised. Throws
   /// std::system_error(errc::device_unavailable) for a device this build cannot serve.
-  static std::shared_ptr<storage>
-  make(const cotensor::shape& s, cotensor::device d, cotensor::dtype t = cotensor::dtype::float32);
+  static std::shared_ptr<storage> make(const cotensor::shape& s,
+                                       cotensor::device d,
+                                       cotensor::dtype t = cotensor::dtype::float32,
+                                       buffer_lifetime lifetime = buffer_lifetime::ordinary);
 
   /// Memory that a buffer uses but does not own (DLPack's `from_dlpack`): `data` (not null)
   /// holds the elements; `release(context)` runs once, when the buffer is destroyed (the last
@@ -45,7 +58,10 @@ public:
                                                 cotensor::dtype t,
                                                 external_memory memory);
 
-  storage(const cotensor::shape& s, cotensor::device d, cotensor::dtype t);
+  storage(const cotensor::shape& s,
+          cotensor::device d,
+          cotensor::dtype t,
+          buffer_lifetime lifetime = buffer_lifetime::ordinary);
   storage(const cotensor::shape& s, cotensor::device d, cotensor::dtype t, external_memory memory);
   storage(const storage&) = delete;
   storage& operator=(const storage&) = delete;
@@ -82,6 +98,7 @@ private:
   cotensor::shape shape_;
   cotensor::device device_;
   cotensor::dtype dtype_;
+  block_use use_;
   std::size_t bytes_;
   device_allocator* allocator_;
   external_memory external_{nullptr, nullptr, nullptr};  // release == null: owned memory

@@ -56,9 +56,12 @@ void require_device(const char* op, device d);
 const std::shared_ptr<storage>& checked(const tensor& t, const char* op);
 /// The device's name, as printed (`cpu`, `cuda:0`).
 std::string device_name(device d);
-/// A new buffer of `s.numel()` elements of `t` on `d`.
-std::shared_ptr<storage>
-allocate(const char* op, const shape& s, device d, dtype t = dtype::float32);
+/// A new buffer of `s.numel()` elements of `t` on `d`, expected to live as `lifetime` says.
+std::shared_ptr<storage> allocate(const char* op,
+                                  const shape& s,
+                                  device d,
+                                  dtype t = dtype::float32,
+                                  buffer_lifetime lifetime = buffer_lifetime::ordinary);
 /// `d`'s kernels, after checking that its `family` of kernels takes `t`: else
 /// std::invalid_argument naming the op, the dtype and the device.
 const kernel_table&

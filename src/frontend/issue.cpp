@@ -37,9 +37,10 @@ const std::shared_ptr<storage>& checked(const tensor& t, const char* op) {
   return t.storage();
 }
 
-std::shared_ptr<storage> allocate(const char* op, const shape& s, device d, dtype t) {
+std::shared_ptr<storage>
+allocate(const char* op, const shape& s, device d, dtype t, buffer_lifetime lifetime) {
   require_device(op, d);
-  return storage::make(s, d, t);
+  return storage::make(s, d, t, lifetime);
 }
 
 const kernel_table&

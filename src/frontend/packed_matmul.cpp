@@ -29,7 +29,8 @@ packed_matrix::packed_matrix(const tensor& b) : data_(b) {
   }
   const auto& in = checked(b, "matmul");
   const shape s{elements};
-  auto out = allocate("matmul", s, b.device(), b.dtype());
+  // Kept and streamed through at every product for as long as the weights live.
+  auto out = allocate("matmul", s, b.device(), b.dtype(), buffer_lifetime::lasting);
   issue("pack", {in}, {out},
         [kt = &kt, t = b.dtype(), pin = in.get(), pout = out.get(), k = k_, n = n_] {
           kt->pack_b({.t = t, .b = pin->raw(), .packed = pout->raw(), .k = k, .n = n});

@@ -15,8 +15,9 @@ namespace cotensor::detail {
 /// worker reads its columns as contiguous runs (B in place is a strip of a few hundred bytes a
 /// row) and no product packs B again; elsewhere (a GPU, float16, another kernel forced by
 /// COTENSOR_GEMM_F32 or COTENSOR_GEMM_BF16 when it is made) B itself. A product gives the same
-/// bits as `cotensor::matmul` with B. Thread safety: as `tensor` (a value; copies share the
-/// buffer).
+/// bits as `cotensor::matmul` with B. The panels are a lasting buffer: on the CPU, in
+/// transparent huge pages shared with other weights (cpu/host_memory.cpp). Thread safety: as
+/// `tensor` (a value; copies share the buffer).
 class packed_matrix {
 public:
   packed_matrix() = default;
