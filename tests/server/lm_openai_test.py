@@ -381,8 +381,8 @@ def run_cases(server):
             t.join()
         assert [r[0] for r in results] == [503] * 4, [r[0] for r in results]
         for status, headers, data in results:
-            assert headers.get("Retry-After") == "1"
-            assert json.loads(data)["error"]["code"] == 503
+            assert headers.get("Retry-After") == "1", (headers, data)
+            assert json.loads(data)["error"]["code"] == 503, data
         running.close()  # the waiting one gets in and runs to its end
         body = b""
         while not body.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"):  # the last chunk
@@ -431,7 +431,7 @@ def drain(server):
                               "stream_options": {"include_usage": True}}),
                   {"Content-Type": "application/json"})
         r = c.getresponse()
-        assert r.status == 200
+        assert r.status == 200, (r.status, r.read()[:300])
         first = r.read1(16)
         server.proc.send_signal(15)
         body = first + r.read()
