@@ -270,6 +270,12 @@ def main():
         f"above 1 means cotensor is faster. Every value is the median over {args.rounds} "
         f"alternating rounds (cotensor, then each peer in its own process) of {runs}.\n\n"
         f"Measured {now} on {machine}; {versions}; Python {platform.python_version()}.\n")
+    coretype = os.environ.get("OPENBLAS_CORETYPE")
+    if coretype:
+        # A machine-wide setting: NumPy's OpenBLAS then runs that CPU's kernels, not the ones
+        # it would pick for this CPU (env -u OPENBLAS_CORETYPE for a fair NumPy).
+        text += (f"\nOPENBLAS_CORETYPE={coretype} was set: NumPy's OpenBLAS ran the {coretype} "
+                 "kernels, not its own choice for this CPU.\n")
     print(text, end="")
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
