@@ -236,7 +236,7 @@ lasting_arena& lasting() noexcept {
 // A delayed buffer's block: a recent one of its size when there is one (not while faults are
 // injected, so that every allocation is counted), else a new one. A large lasting one: from the
 // lasting arena (each block counted as one allocation while faults are injected).
-void* host_allocator::allocate(device /*d*/, std::size_t bytes, block_use use) {
+void* host_allocator::allocate(device /*d*/, std::size_t bytes, [[maybe_unused]] block_use use) {
 #if !COTENSOR_SYSTEM_ALLOCATOR
   if (use == block_use::lasting && bytes >= lasting_arena_threshold) {
     return lasting().allocate(bytes);
