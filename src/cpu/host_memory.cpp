@@ -166,7 +166,8 @@ public:
     if (c == nullptr || c->used + need > c->bytes) {
       c = new_chunk(std::max(chunk_bytes, round_up(header + need, huge_page)));
       if (need <= chunk_bytes / 2) {
-        retire_filling();
+        // The old chunk holds blocks still (one with none starts again from its beginning,
+        // where this block would have fit): it goes back when its last block does.
         filling_ = c;
       }
     } else if (fault_hooks::enabled()) [[unlikely]] {
@@ -211,14 +212,6 @@ private:
     void* p = allocate_bytes(bytes, huge_page);
     advise_huge_pages(p, bytes);
     return ::new (p) chunk{bytes, header, 0};
-  }
-
-  // The chunk being filled is done with: gone already if it holds no block (every one freed).
-  void retire_filling() noexcept {
-    if (filling_ != nullptr && filling_->live == 0) {
-      free_bytes(filling_, filling_->bytes, huge_page);
-    }
-    filling_ = nullptr;
   }
 
   std::mutex mutex_;
