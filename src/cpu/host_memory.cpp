@@ -27,6 +27,8 @@ constexpr std::size_t buffer_alignment = device_allocator::host_alignment;
 constexpr std::size_t huge_page = std::size_t{2} << 20;
 // Blocks from this size on are advised for transparent huge pages (advise_huge_pages).
 constexpr std::size_t huge_page_threshold = std::size_t{4} << 20;
+
+#if !COTENSOR_SYSTEM_ALLOCATOR
 // Lasting blocks from this size on go to the lasting arena, in huge pages throughout.
 constexpr std::size_t lasting_arena_threshold = std::size_t{1} << 20;
 
@@ -34,7 +36,6 @@ constexpr std::size_t round_up(std::size_t bytes, std::size_t unit) noexcept {
   return (bytes + unit - 1) / unit * unit;
 }
 
-#if !COTENSOR_SYSTEM_ALLOCATOR
 // The blocks of the last few delayed buffers freed, shared by every thread. A result is freed
 // where its last handle drops, often on the frontend, and the next one allocated where its op
 // starts, on a worker: through oneTBB alone the freed block would wait in the frontend's own
