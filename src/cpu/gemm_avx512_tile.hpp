@@ -69,7 +69,7 @@ COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
     mask[v] = lanes(io.cols - 16 * v);
   }
   __m512 acc[rows][vectors];
-#pragma GCC unroll 6
+#pragma GCC unroll 16
   for (std::int64_t r = 0; r < rows; ++r) {
     const bool zero = io.first || r >= io.rows;
 #pragma GCC unroll 4
@@ -89,7 +89,7 @@ COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
     for (int v = 0; v < vectors; ++v) {
       bv[v] = Steps::load_b(b + 16 * v);
     }
-#pragma GCC unroll 6
+#pragma GCC unroll 16
     for (std::int64_t r = 0; r < rows; ++r) {
       const auto ar = Steps::broadcast(ap[r * a.row_stride]);
 #pragma GCC unroll 4
@@ -100,7 +100,7 @@ COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
     ap += a.step;
     b += nr;
   }
-#pragma GCC unroll 6
+#pragma GCC unroll 16
   for (std::int64_t r = 0; r < rows; ++r) {
     if (r >= io.rows) {
       break;
@@ -157,6 +157,39 @@ COTENSOR_AVX512_TARGET void micro_tile_columns(a_panel<Steps> a,
     return micro_tile<Steps, 3, mr>(a, b, steps, io, ahead);
   default:
     return micro_tile<Steps, 4, mr>(a, b, steps, io, ahead);
+  }
+}
+
+// micro_tile over one vector of columns (io.cols, 1 to 16) for io.rows rows (mr + 1 to
+// column_rows), every row's sums in registers.
+template <class Steps>
+COTENSOR_AVX512_TARGET void micro_tile_vector(a_panel<Steps> a,
+                                              const typename Steps::word* b,
+                                              std::int64_t steps,
+                                              const tile_sums<Steps>& io,
+                                              b_ahead ahead) {
+  static_assert(column_rows == 16);
+  switch (io.rows) {
+  case 7:
+    return micro_tile<Steps, 1, 7>(a, b, steps, io, ahead);
+  case 8:
+    return micro_tile<Steps, 1, 8>(a, b, steps, io, ahead);
+  case 9:
+    return micro_tile<Steps, 1, 9>(a, b, steps, io, ahead);
+  case 10:
+    return micro_tile<Steps, 1, 10>(a, b, steps, io, ahead);
+  case 11:
+    return micro_tile<Steps, 1, 11>(a, b, steps, io, ahead);
+  case 12:
+    return micro_tile<Steps, 1, 12>(a, b, steps, io, ahead);
+  case 13:
+    return micro_tile<Steps, 1, 13>(a, b, steps, io, ahead);
+  case 14:
+    return micro_tile<Steps, 1, 14>(a, b, steps, io, ahead);
+  case 15:
+    return micro_tile<Steps, 1, 15>(a, b, steps, io, ahead);
+  default:
+    return micro_tile<Steps, 1, 16>(a, b, steps, io, ahead);
   }
 }
 
