@@ -185,12 +185,14 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
       key_rows[c] = kc + cache_row(j0 + c);
       value_rows[c] = vc + cache_row(j0 + c);
     }
-    // The next chunk's keys and values, asked of memory a key/value head at a time as this
-    // chunk's are transposed: each head reads a few cache lines of a row, rows a cache row
-    // apart, which no prefetcher follows. (A whole chunk's lines at once, as cpu/attention.cpp
-    // asks, stalls on the misses in flight: 16 rows' decode attention over GPT-2 small's cache,
-    // 192 keys, read it at 12-14 GB/s that way and at 20-23 a head at a time one chunk ahead;
-    // two, three or four chunks ahead measured 3-15 % slower.)
+    // The next chunk's keys and values, asked of memory a key/value head at a time, its keys as
+    // this chunk's are transposed and its values as this chunk's are summed: each head reads a
+    // few cache lines of a row, rows a cache row apart, which no prefetcher follows. (A whole
+    // chunk's lines at once, as cpu/attention.cpp asks, stalls on the misses in flight: 16 rows'
+    // decode attention over GPT-2 small's cache, 192 keys, read it at 12-14 GB/s that way and at
+    // 20-23 a head at a time one chunk ahead, on AMD Zen 4; two, three or four chunks ahead
+    // measured 3-15 % slower. The values asked for with the keys, in one burst, read 224 keys
+    // at 23-24 GB/s on Zen 5, and at 28-31 GB/s asked for apart.)
     const std::int64_t ahead0 = std::min(keys, j0 + key_chunk);
     const std::int64_t ahead = std::max<std::int64_t>(0, std::min(key_chunk, keys - ahead0));
     std::int64_t ahead_at[key_chunk];
@@ -208,7 +210,6 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
         if (kv > transposed) {
           for (std::int64_t c = 0; c < ahead; ++c) {
             prefetch(kc + ahead_at[c] + kv * hd, head_bytes);
-            prefetch(vc + ahead_at[c] + kv * hd, head_bytes);
           }
           transpose_from_cache(key_rows, n, kv * hd, hd, kt + (kv - first_kv) * key_chunk * hd);
           transposed = kv;
@@ -233,6 +234,11 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
         float* out = acc + (h - h0) * hd;
         _mm512_storeu_ps(scores, s[g]);
         chunk_weights(scores, n, scale, st[h - h0].top[0], st[h - h0].total[0], out, hd, weights);
+        if (h % group == 0 || h == h0) {  // the first of its key/value head's heads here
+          for (std::int64_t c = 0; c < ahead; ++c) {
+            prefetch(vc + ahead_at[c] + h / group * hd, head_bytes);
+          }
+        }
         add_values(out, weights, n, value_rows, h / group * hd, hd);
       }
     }
