@@ -10,7 +10,9 @@
 // words lie in them (always for float32; for bfloat16 when k is even); a last panel of fewer
 // than 6 rows, or every panel when k is odd, is packed first. Padding is zeros, so the kernel
 // has no edge cases: a last panel of B narrower than 64 columns runs with fewer vectors, and the
-// stores of the last block, rounded to C's type, are masked to C's rows and columns.
+// stores of the last block, rounded to C's type, are masked to C's rows and columns. Over B laid
+// out beforehand, 7 to 16 rows (a decode step) take a tile of every row by one vector of
+// columns instead, so that B streams from memory once while the multiply-adds run.
 
 #include "cpu/gemm_avx512.hpp"
 
