@@ -47,8 +47,8 @@ constexpr std::int64_t small_product = 8192;
 // core's cache for the other rows.
 constexpr std::int64_t row_path_rows = 64;
 // Over B laid out beforehand, products of more than mr rows and up to column_rows run one vector
-// of B's columns at a time, column_kc steps a block, asking for B's block after the next as they
-// go (gemm_avx512.cpp). Measured with GPT-2 small's products on AMD Zen 5: at 24 and 32 rows
+// of B's columns at a time, column_kc steps a block, asking for B's next block as they go
+// (gemm_avx512.cpp). Measured with GPT-2 small's products on AMD Zen 5: at 24 and 32 rows
 // the panels of 6 rows are faster.
 constexpr std::int64_t column_rows = 16;
 constexpr std::int64_t column_kc = 64;
