@@ -8,7 +8,10 @@
 #include "cpu/gemm_avx512_steps.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 namespace cotensor::detail::cpu::avx512 {
 
@@ -163,35 +166,20 @@ COTENSOR_AVX512_TARGET void micro_tile_columns(a_panel<Steps> a,
 
 // micro_tile over one vector of columns (io.cols, 1 to 16) for io.rows rows (mr + 1 to
 // column_rows), every row's sums in registers.
+template <class Steps, std::size_t... Rows>
+constexpr auto vector_tiles(std::index_sequence<Rows...> /*rows past mr, less one*/) {
+  return std::array{&micro_tile<Steps, 1, static_cast<int>(mr + 1 + Rows)>...};
+}
+
 template <class Steps>
 COTENSOR_AVX512_TARGET void micro_tile_vector(a_panel<Steps> a,
                                               const typename Steps::word* b,
                                               std::int64_t steps,
                                               const tile_sums<Steps>& io,
                                               b_ahead ahead) {
-  static_assert(column_rows == 16);
-  switch (io.rows) {
-  case 7:
-    return micro_tile<Steps, 1, 7>(a, b, steps, io, ahead);
-  case 8:
-    return micro_tile<Steps, 1, 8>(a, b, steps, io, ahead);
-  case 9:
-    return micro_tile<Steps, 1, 9>(a, b, steps, io, ahead);
-  case 10:
-    return micro_tile<Steps, 1, 10>(a, b, steps, io, ahead);
-  case 11:
-    return micro_tile<Steps, 1, 11>(a, b, steps, io, ahead);
-  case 12:
-    return micro_tile<Steps, 1, 12>(a, b, steps, io, ahead);
-  case 13:
-    return micro_tile<Steps, 1, 13>(a, b, steps, io, ahead);
-  case 14:
-    return micro_tile<Steps, 1, 14>(a, b, steps, io, ahead);
-  case 15:
-    return micro_tile<Steps, 1, 15>(a, b, steps, io, ahead);
-  default:
-    return micro_tile<Steps, 1, 16>(a, b, steps, io, ahead);
-  }
+  static constexpr auto tiles =
+      vector_tiles<Steps>(std::make_index_sequence<static_cast<std::size_t>(column_rows - mr)>{});
+  tiles[static_cast<std::size_t>(io.rows - mr - 1)](a, b, steps, io, ahead);
 }
 
 // out[p * 64 + j] = B's word of step p at column col0 + j, for the `steps` steps: a panel.
