@@ -70,13 +70,15 @@ void worker_pool::terminate() {
 }
 
 void worker_pool::push(std::function<void()> task, bool urgent) {
-  {
-    std::lock_guard lock(mutex_);
-    if (urgent) {
-      tasks_.push_front(std::move(task));
-    } else {
-      tasks_.push_back(std::move(task));
-    }
+  // Notified under the lock: the pushing thread may belong to another pool (an op of another
+  // runtime made this one's op ready), and once the task is queued it may run, its runtime end
+  // and this pool be destroyed. The task is taken under this lock, so the notify comes before
+  // it runs, and before terminate. (ThreadSanitizer saw the notify race the destructor.)
+  std::lock_guard lock(mutex_);
+  if (urgent) {
+    tasks_.push_front(std::move(task));
+  } else {
+    tasks_.push_back(std::move(task));
   }
   cv_.notify_one();
 }
