@@ -1,4 +1,5 @@
-// The language-model ops: rms_norm, rotary_embedding, scatter_rows and paged_attention, each
+// The language-model ops: rms_norm, rotary_embedding, silu_and_mul, scatter_rows and
+// paged_attention, each
 // against a reference computed here in double, with their errors.
 
 #include <cotensor/cotensor.hpp>
@@ -198,6 +199,52 @@ TEST_SUITE("ops.lm") {
     CHECK_THROWS_AS(rotary_embedding(x, index(pos), 5), std::invalid_argument);
     CHECK_THROWS_AS(rotary_embedding(x, index({0, 1}), hd), std::invalid_argument);
     CHECK_THROWS_AS(rotary_embedding(x, index(pos), hd, 0.0), std::invalid_argument);
+  }
+
+  TEST_CASE("silu_and_mul gates each row's second half by silu of its first") {
+    // Rows of 2 × 700: more than a block of 512, and chunks that end inside a row.
+    const std::int64_t rows = 37;
+    const std::int64_t n = 700;
+    const auto xv = ramp(static_cast<std::size_t>(rows * 2 * n), 0.013F);
+    std::vector<float> scaled(xv.size());
+    std::transform(xv.begin(), xv.end(), scaled.begin(), [](float v) { return 12.0F * v; });
+    const tensor x = from_vector(scaled, {rows, 2 * n});
+    const tensor y = silu_and_mul(x);
+    CHECK(y.shape() == shape{rows, n});
+    const auto yv = y.to_vector();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        const double g = scaled[static_cast<std::size_t>(r * 2 * n + j)];
+        const double u = scaled[static_cast<std::size_t>(r * 2 * n + n + j)];
+        const double want = g / (1.0 + std::exp(-g)) * u;
+        CHECK(yv[static_cast<std::size_t>(r * n + j)] ==
+              doctest::Approx(want).epsilon(1e-5).scale(1e-30));
+      }
+    }
+    // float32: the bits of the three ops apart.
+    const tensor g = slice(x, 1, 0, n);
+    const tensor u = slice(x, 1, n, 2 * n);
+    CHECK(yv == (g * sigmoid(g) * u).to_vector());
+    // float64 likewise; bfloat16 and float16 round once, near float32's.
+    const tensor xd = x.astype(dtype::float64);
+    const tensor gd = slice(xd, 1, 0, n);
+    CHECK(silu_and_mul(xd).to_vector<double>() ==
+          (gd * sigmoid(gd) * slice(xd, 1, n, 2 * n)).to_vector<double>());
+    for (const dtype t : {dtype::bfloat16, dtype::float16}) {
+      CAPTURE(t);
+      const auto h = silu_and_mul(x.astype(t)).astype(dtype::float32).to_vector();
+      const auto want = silu_and_mul(x.astype(t).astype(dtype::float32))
+                            .astype(t)
+                            .astype(dtype::float32)
+                            .to_vector();
+      CHECK(h == want);
+    }
+    // Leading axes are rows; a zero extent is empty.
+    CHECK(silu_and_mul(reshape(x, {rows, 1, 2 * n})).to_vector() == yv);
+    CHECK(silu_and_mul(zeros({0, 4})).shape() == shape{0, 2});
+    CHECK_THROWS_AS(silu_and_mul(zeros({3, 5})), std::invalid_argument);
+    CHECK_THROWS_AS(silu_and_mul(zeros({3, 4}, dtype::int32)), std::invalid_argument);
+    CHECK_THROWS_AS(silu_and_mul(from_vector(std::vector<float>{1.0F}, {})), std::invalid_argument);
   }
 
   TEST_CASE("scatter_rows writes rows in place, ordered with the ops around it") {

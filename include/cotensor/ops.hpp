@@ -188,6 +188,13 @@ tensor rotary_embedding(const tensor& x,
                         const tensor& positions,
                         std::int64_t head_dim,
                         double theta = 10000.0);
+/// SwiGLU's gate, as Llama's and Qwen's MLPs apply it to their gate and up projections made in
+/// one product: `x` [..., 2n] gives [..., n] with silu(x[..., j]) · x[..., n + j], silu(g) =
+/// g · sigmoid(g) (sigmoid as `sigmoid` computes it). float16 and bfloat16 compute in float and
+/// round once (the three ops apart round three times); float32 gives the bits of
+/// `g * sigmoid(g) * u` with g and u the halves. Float dtypes; an odd last extent throws
+/// std::invalid_argument.
+tensor silu_and_mul(const tensor& x);
 /// Writes row r of `rows` (its first axis) into row index[r] of `dst` seen as rows of the same
 /// size, in place: the ops issued before it that read `dst` see the old rows, those after it
 /// the new (a key/value cache's writes). `index` is int64 [rows]; an index outside `dst` fails

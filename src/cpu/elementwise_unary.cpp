@@ -1,11 +1,13 @@
 // The CPU's unary kernel for every dtype: float32 through the vectorised loops of unary.cpp,
-// float64 and the integers elementwise here, float16 and bfloat16 on blocks converted to float.
+// float64 and the integers elementwise here, float16 and bfloat16 on blocks converted to float;
+// and SwiGLU's gate (silu_and_mul), a unary op on one half of a row times the other half.
 // Compiled as elementwise.cpp is (-O3, no fused multiply-add: the halves' bits).
 
 #include "cpu/half_convert.hpp"
 #include "cpu/kernels.hpp"
 #include "kernels/element.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace cotensor::detail::cpu {
@@ -122,6 +124,68 @@ void unary_typed_span(unary_op op, dtype t, const void* in, void* out, std::int6
   }
 }
 
+// silu(g)·u = g·σ(g)·u over n elements, in float blocks (σ from unary_span, as `sigmoid`) and
+// one rounding: for float32 the same bits as the three ops apart.
+template <class T>
+void silu_and_mul_span(const T* gate, const T* up, T* out, std::int64_t n) {
+  constexpr std::int64_t block = 512;
+  float g[block];
+  float u[block];
+  float s[block];
+  for (std::int64_t lo = 0; lo < n; lo += block) {
+    const std::int64_t m = std::min(block, n - lo);
+    to_float_span(gate + lo, g, m);
+    to_float_span(up + lo, u, m);
+    unary_span(unary_op::sigmoid, g, s, m);
+    for (std::int64_t i = 0; i < m; ++i) {
+      g[i] = g[i] * s[i] * u[i];
+    }
+    from_float_span(g, out + lo, m);
+  }
+}
+
+void silu_and_mul_span(const float* gate, const float* up, float* out, std::int64_t n) {
+  constexpr std::int64_t block = 512;
+  float s[block];
+  for (std::int64_t lo = 0; lo < n; lo += block) {
+    const std::int64_t m = std::min(block, n - lo);
+    unary_span(unary_op::sigmoid, gate + lo, s, m);
+    for (std::int64_t i = 0; i < m; ++i) {
+      out[lo + i] = gate[lo + i] * s[i] * up[lo + i];
+    }
+  }
+}
+
+void silu_and_mul_span(const double* gate, const double* up, double* out, std::int64_t n) {
+  constexpr std::int64_t block = 512;
+  double s[block];
+  for (std::int64_t lo = 0; lo < n; lo += block) {
+    const std::int64_t m = std::min(block, n - lo);
+    unary_double_span(unary_op::sigmoid, gate + lo, s, m);
+    for (std::int64_t i = 0; i < m; ++i) {
+      out[lo + i] = gate[lo + i] * s[i] * up[lo + i];
+    }
+  }
+}
+
+template <class T>
+void silu_and_mul_typed(const silu_and_mul_args& a) {
+  const auto* in = static_cast<const T*>(a.in);
+  auto* out = static_cast<T*>(a.out);
+  const std::int64_t cols = a.cols;
+  // Chunks of the output's elements, a chunk's run within each row at a time.
+  parallel_chunks(a.rows * cols, elementwise_grain / 4, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t e = lo; e < hi;) {
+      const std::int64_t r = e / cols;
+      const std::int64_t j = e % cols;
+      const std::int64_t m = std::min(hi - e, cols - j);
+      const T* row = in + r * 2 * cols;
+      silu_and_mul_span(row + j, row + cols + j, out + e, m);
+      e += m;
+    }
+  });
+}
+
 }  // namespace
 
 void unary(const unary_args& args) {
@@ -130,6 +194,22 @@ void unary(const unary_args& args) {
     unary_typed_span(args.op, args.t, offset_bytes(args.in, lo, item),
                      offset_bytes(args.out, lo, item), hi - lo);
   });
+}
+
+void silu_and_mul(const silu_and_mul_args& args) {
+  if (args.rows == 0 || args.cols == 0) {
+    return;
+  }
+  switch (args.t) {
+  case dtype::float64:
+    return silu_and_mul_typed<double>(args);
+  case dtype::float16:
+    return silu_and_mul_typed<float16_t>(args);
+  case dtype::bfloat16:
+    return silu_and_mul_typed<bfloat16_t>(args);
+  default:  // float32: the frontend sends float dtypes only
+    return silu_and_mul_typed<float>(args);
+  }
 }
 
 }  // namespace cotensor::detail::cpu

@@ -142,6 +142,7 @@ constinit const kernel_table kernel_table_of_cpu{
     .layer_norm = layer_norm,
     .rms_norm = rms_norm,
     .rope = rope,
+    .silu_and_mul = silu_and_mul,
     .scatter_rows = scatter_rows,
     .paged_attention = paged_attention,
     .randn = randn,

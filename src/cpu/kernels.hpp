@@ -60,6 +60,7 @@ void softmax(const softmax_args& args);
 void layer_norm(const layer_norm_args& args);
 void rms_norm(const rms_norm_args& args);
 void rope(const rope_args& args);
+void silu_and_mul(const silu_and_mul_args& args);
 void scatter_rows(const scatter_rows_args& args);
 void paged_attention(const paged_attention_args& args);
 void randn(const randn_args& args);

@@ -1,8 +1,8 @@
 // The CUDA backend's elementwise kernels for every dtype: fill, cast, binary ops (same shape,
-// with a scalar, broadcasting), unary ops and where. The element functions are the CPU's
-// (src/kernels/element.hpp, constexpr): float16 and bfloat16 compute in float and round once with
-// the same conversion, so wherever an operation is exact the GPU writes the CPU's bits. Built
-// without fast math or fused multiply-add (see CMakeLists.txt).
+// with a scalar, broadcasting), unary ops, where, and SwiGLU's gate (silu_and_mul). The element
+// functions are the CPU's (src/kernels/element.hpp, constexpr): float16 and bfloat16 compute in
+// float and round once with the same conversion, so wherever an operation is exact the GPU writes
+// the CPU's bits. Built without fast math or fused multiply-add (see CMakeLists.txt).
 
 #include "cuda/cuda_error.hpp"
 #include "cuda/grid.cuh"
@@ -153,6 +153,20 @@ __global__ void unary_kernel(const T* in, T* out, std::int64_t n) {
   }
 }
 
+// silu(g)·u = g·σ(g)·u for output element i of [rows, cols], g and u from the halves of its
+// input row, in the compute type and rounded once, as the CPU.
+template <class T>
+__global__ void silu_and_mul_kernel(const T* in, T* out, std::int64_t cols, std::int64_t n) {
+  using C = compute_t<T>;
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
+    const std::int64_t r = i / cols;
+    const std::int64_t j = i % cols;
+    const C g = load(in[r * 2 * cols + j]);
+    const C u = load(in[r * 2 * cols + cols + j]);
+    out[i] = store<T>(g * unary_math<unary_op::sigmoid, C>(g) * u);
+  }
+}
+
 // The unary ops each dtype takes (the frontend casts or refuses the rest): the kernels
 // instantiated.
 template <unary_op Op, class T>
@@ -280,6 +294,19 @@ void unary(const unary_args& args) {
     });
   });
   check_launch("unary_kernel");
+}
+
+void silu_and_mul(const silu_and_mul_args& args) {
+  const std::int64_t n = args.rows * args.cols;
+  if (n == 0) {
+    return;
+  }
+  with_float(args.t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    silu_and_mul_kernel<T><<<blocks_for(n), threads, 0, launch_stream()>>>(
+        static_cast<const T*>(args.in), static_cast<T*>(args.out), args.cols, n);
+  });
+  check_launch("silu_and_mul_kernel");
 }
 
 void launch_where(const where_args& args, const elementwise_layout& layout) {

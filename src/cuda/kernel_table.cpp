@@ -371,6 +371,7 @@ const kernel_table kernel_table_of_cuda = {
     .layer_norm = layer_norm,
     .rms_norm = rms_norm,
     .rope = rope,
+    .silu_and_mul = silu_and_mul,
     .scatter_rows = scatter_rows,
     .paged_attention = paged_attention,
     .randn = randn,

@@ -30,6 +30,7 @@ void softmax(const softmax_args& args);
 void layer_norm(const layer_norm_args& args);
 void rms_norm(const rms_norm_args& args);
 void rope(const rope_args& args);
+void silu_and_mul(const silu_and_mul_args& args);
 void randn(const randn_args& args);
 
 /// An output's extents and up to three operands' strides in its index space (0 where

@@ -1,12 +1,14 @@
 // The ops transformer language models are made of beyond the general ones (ops.hpp): RMSNorm,
-// rotary position embedding, the key/value cache's in-place scatter and causal attention over
-// a paged cache. Checked here at the call; the kernels are the backends' (kernel_table.hpp).
+// rotary position embedding, SwiGLU's gate, the key/value cache's in-place scatter and causal
+// attention over a paged cache. Checked here at the call; the kernels are the backends'
+// (kernel_table.hpp).
 
 #include "cotensor/ops.hpp"
 
 #include "frontend/frontend.hpp"
 
 #include <string>
+#include <vector>
 
 namespace cotensor {
 namespace {
@@ -109,6 +111,30 @@ rotary_embedding(const tensor& x, const tensor& positions, std::int64_t head_dim
                            .theta = theta});
                 });
   return {detail::internal, std::move(out), x.shape()};
+}
+
+tensor silu_and_mul(const tensor& x) {
+  const char* op = "silu_and_mul";
+  detail::checked(x, op);
+  if (x.rank() == 0 || x.shape()[x.rank() - 1] % 2 != 0) {
+    throw_invalid(op, "needs a last axis of even extent (the gate's and the up projection's "
+                      "halves), got " +
+                          described(x));
+  }
+  const std::int64_t cols = x.shape()[x.rank() - 1] / 2;
+  const std::int64_t rows = cols == 0 ? 0 : x.numel() / (2 * cols);
+  const detail::kernel_table& k =
+      float_kernels(op, reshape(x, {rows, 2 * cols}), 2, &detail::kernel_table::silu_and_mul);
+  std::vector<std::int64_t> extents(x.shape().extents().begin(), x.shape().extents().end());
+  extents.back() = cols;
+  const shape out_shape(extents);
+  auto out = detail::allocate(op, out_shape, x.device(), x.dtype());
+  const auto& sin = x.storage();
+  detail::issue(
+      op, {sin}, {out}, [k = &k, t = x.dtype(), pin = sin.get(), po = out.get(), rows, cols] {
+        k->silu_and_mul({.t = t, .in = pin->raw(), .out = po->raw(), .rows = rows, .cols = cols});
+      });
+  return {detail::internal, std::move(out), out_shape};
 }
 
 void scatter_rows(const tensor& dst, const tensor& index, const tensor& rows) {

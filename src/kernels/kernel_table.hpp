@@ -274,6 +274,17 @@ struct rms_norm_args {
   double eps;
 };
 
+/// SwiGLU's gate: out[r, j] = silu(in[r, j]) · in[r, cols + j] for each row r of `in`
+/// [rows, 2 · cols], silu(g) = g · σ(g) with σ as `unary_op::sigmoid` computes it; in float
+/// (double for float64), rounded once.
+struct silu_and_mul_args {
+  dtype t;
+  const void* in;
+  void* out;
+  std::int64_t rows;
+  std::int64_t cols;
+};
+
 /// Rotary position embedding, rotating halves (`rotate_half`, as Hugging Face's Llama): for
 /// each row r of [rows, heads · head_dim] and each head, with i < head_dim / 2 and angle
 /// a = positions[r] · theta^(−2i / head_dim) (the frequency rounded to float, the angle a float
@@ -384,6 +395,7 @@ struct kernel_table {
   void (*layer_norm)(const layer_norm_args&);
   void (*rms_norm)(const rms_norm_args&);
   void (*rope)(const rope_args&);
+  void (*silu_and_mul)(const silu_and_mul_args&);
   void (*scatter_rows)(const scatter_rows_args&);
   void (*paged_attention)(const paged_attention_args&);
   void (*randn)(const randn_args&);

@@ -93,11 +93,13 @@ tensor model::impl::llama_forward(tensor h, const tensor& mask) const {
     return x * cos_t + rotated * sin_t;
   };
   const std::int64_t group = heads / kv_heads;
+  const std::int64_t q_out = heads * hd;
+  const std::int64_t kv_out = kv_heads * hd;
   for (const llama_block& b : llama_blocks) {
-    const tensor a = rms_norm(h, b.in_norm, eps);
-    const tensor q = matmul(a, b.q_w, b.q_b);
-    const tensor k = matmul(a, b.k_w, b.k_b);
-    const tensor v = matmul(a, b.v_w, b.v_b);
+    const tensor qkv = matmul(rms_norm(h, b.in_norm, eps), b.qkv_w, b.qkv_b);
+    const tensor q = slice(qkv, 1, 0, q_out);
+    const tensor k = slice(qkv, 1, q_out, q_out + kv_out);
+    const tensor v = slice(qkv, 1, q_out + kv_out, q_out + 2 * kv_out);
     std::vector<tensor> keys;
     std::vector<tensor> values;
     for (std::int64_t g = 0; g < kv_heads; ++g) {
@@ -111,9 +113,7 @@ tensor model::impl::llama_forward(tensor h, const tensor& mask) const {
       outs.push_back(attend(qn, keys[g], values[g], mask, scale));
     }
     h = h + matmul(concat(outs, 1), b.o_w);
-    const tensor m = rms_norm(h, b.post_norm, eps);
-    const tensor gate = matmul(m, b.gate_w);
-    h = h + matmul(gate * sigmoid(gate) * matmul(m, b.up_w), b.down_w);
+    h = h + matmul(silu_and_mul(matmul(rms_norm(h, b.post_norm, eps), b.gate_up_w)), b.down_w);
   }
   return rms_norm(h, norm_w, eps);
 }
@@ -144,15 +144,19 @@ tensor model::impl::step(const step_inputs& in, const kv_cache& cache) const {
     }
     h = layer_norm(index_select(h, 0, in.logit_rows), norm_w, norm_b, eps);
   } else {
+    const std::int64_t q_out = heads * hd;
+    const std::int64_t kv_out = kv_heads * hd;
     for (std::size_t l = 0; l < llama_blocks.size(); ++l) {
       const llama_block& b = llama_blocks[l];
-      const tensor x = cotensor::rms_norm(h, b.in_norm, eps);
-      const tensor q = rotary_embedding(matmul(x, b.q_w, b.q_b), in.positions, hd, rope_theta);
-      const tensor k = rotary_embedding(matmul(x, b.k_w, b.k_b), in.positions, hd, rope_theta);
-      h = h + matmul(attend_cached(l, q, k, matmul(x, b.v_w, b.v_b)), b.o_w);
+      const tensor qkv = matmul(cotensor::rms_norm(h, b.in_norm, eps), b.qkv_w, b.qkv_b);
+      const auto rotated = [&](std::int64_t from, std::int64_t to) {
+        return rotary_embedding(slice(qkv, 1, from, to), in.positions, hd, rope_theta);
+      };
+      const tensor a = attend_cached(l, rotated(0, q_out), rotated(q_out, q_out + kv_out),
+                                     slice(qkv, 1, q_out + kv_out, q_out + 2 * kv_out));
+      h = h + matmul(a, b.o_w);
       const tensor m = cotensor::rms_norm(h, b.post_norm, eps);
-      const tensor gate = matmul(m, b.gate_w);
-      h = h + matmul(gate * sigmoid(gate) * matmul(m, b.up_w), b.down_w);
+      h = h + matmul(silu_and_mul(matmul(m, b.gate_up_w)), b.down_w);
     }
     h = cotensor::rms_norm(index_select(h, 0, in.logit_rows), norm_w, eps);
   }

@@ -286,22 +286,32 @@ model model::load(const std::filesystem::path& dir, load_options options) {
     p->head = weights.contains("lm_head.weight") ? weights.linear("lm_head.weight", p->vocab, d)
                                                  : transpose(p->embed);  // tied
     p->norm_w = weights.get("model.norm.weight", {d});
-    const auto bias = [&](const std::string& n, std::int64_t extent) {
-      return weights.contains(n) ? weights.get(n, {extent}) : tensor();
-    };
     for (std::int64_t l = 0; l < layers; ++l) {
       const std::string h = "model.layers." + std::to_string(l) + ".";
+      const std::string attn = h + "self_attn.";
+      // q | k | v side by side, and their biases (zeros for a missing one) where any is there.
+      tensor qkv_b;
+      if (weights.contains(attn + "q_proj.bias") || weights.contains(attn + "k_proj.bias") ||
+          weights.contains(attn + "v_proj.bias")) {
+        std::vector<tensor> biases;
+        for (const auto& [name, extent] :
+             {std::pair{"q_proj.bias", q_out}, std::pair{"k_proj.bias", kv_out},
+              std::pair{"v_proj.bias", kv_out}}) {
+          biases.push_back(weights.contains(attn + name) ? weights.get(attn + name, {extent})
+                                                         : zeros({extent}, p->dtype, p->where));
+        }
+        qkv_b = concat(biases);
+      }
       p->llama_blocks.push_back({weights.get(h + "input_layernorm.weight", {d}),
-                                 weights.linear(h + "self_attn.q_proj.weight", q_out, d),
-                                 bias(h + "self_attn.q_proj.bias", q_out),
-                                 weights.linear(h + "self_attn.k_proj.weight", kv_out, d),
-                                 bias(h + "self_attn.k_proj.bias", kv_out),
-                                 weights.linear(h + "self_attn.v_proj.weight", kv_out, d),
-                                 bias(h + "self_attn.v_proj.bias", kv_out),
-                                 weights.linear(h + "self_attn.o_proj.weight", d, q_out),
+                                 concat({weights.linear(attn + "q_proj.weight", q_out, d),
+                                         weights.linear(attn + "k_proj.weight", kv_out, d),
+                                         weights.linear(attn + "v_proj.weight", kv_out, d)},
+                                        1),
+                                 qkv_b, weights.linear(attn + "o_proj.weight", d, q_out),
                                  weights.get(h + "post_attention_layernorm.weight", {d}),
-                                 weights.linear(h + "mlp.gate_proj.weight", inner, d),
-                                 weights.linear(h + "mlp.up_proj.weight", inner, d),
+                                 concat({weights.linear(h + "mlp.gate_proj.weight", inner, d),
+                                         weights.linear(h + "mlp.up_proj.weight", inner, d)},
+                                        1),
                                  weights.linear(h + "mlp.down_proj.weight", d, inner)});
     }
   }

@@ -46,18 +46,17 @@ struct model::impl {
     linear mlp_proj_w;
     tensor mlp_proj_b;
   };
-  // Linear weights transposed at load ([in, out]): x · w. Biases empty where there are none.
+  // Linear weights transposed at load ([in, out]): x · w. The query, key and value projections
+  // are one product (their columns side by side, q | k | v), and so are the gate and up
+  // projections (gate | up, silu_and_mul's halves): fewer, wider products. qkv_b is empty
+  // where the model has no biases (zeros for one it lacks beside others).
   struct llama_block {
     tensor in_norm;
-    linear q_w;
-    tensor q_b;
-    linear k_w;
-    tensor k_b;
-    linear v_w;
-    tensor v_b;
+    linear qkv_w;
+    tensor qkv_b;
     linear o_w;
     tensor post_norm;
-    linear gate_w, up_w, down_w;
+    linear gate_up_w, down_w;
   };
 
   family kind = family::gpt2;

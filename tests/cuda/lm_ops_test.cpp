@@ -202,6 +202,16 @@ TEST_SUITE("cuda.lm") {
     }
   }
 
+  TEST_CASE("silu_and_mul of every float dtype matches the CPU" * doctest::timeout(60)) {
+    for (const dtype t : floats) {
+      CAPTURE(name(t));
+      const twin x = as_twin(uniform(9 * 2 * 700, 61, -8.0F, 8.0F), {9, 2 * 700}, t);
+      check_near(silu_and_mul(x.gpu), silu_and_mul(x.cpu), rel_for(t));
+      const twin y = as_twin(uniform(2 * 3 * 10, 62, -3.0F, 3.0F), {2, 3, 10}, t);
+      check_near(silu_and_mul(y.gpu), silu_and_mul(y.cpu), rel_for(t));
+    }
+  }
+
   TEST_CASE("scatter_rows writes the CPU's bytes in place, the last of repeated indices" *
             doctest::timeout(60)) {
     // Rows of 3 elements: 6 bytes for the halves, 3 for bool, neither a multiple of 8.
