@@ -1,7 +1,7 @@
 // detail::packed_matrix (src/frontend/packed_matmul.hpp), the language models' weights: B laid
 // out once for cotensor's own AVX-512 GEMMs. A product must give the bits of cotensor::matmul
 // with B itself, for every number of rows (few rows take narrower column tiles over the panels,
-// 7 to 16 rows one vector of columns at a time; more than 64 the tiled path), batched, across the
+// 7 to 32 rows in groups of 4 over blocks of B; more than 64 the tiled path), batched, across the
 // kernels' edges, and whatever the workers; and where the kernel chosen is not cotensor's own, B is
 // kept as it is.
 
@@ -85,7 +85,7 @@ TEST_SUITE("gemm") {
         CHECK(packed.packed());
         CHECK(packed.rows() == depth);
         CHECK(packed.cols() == cols);
-        for (const std::int64_t rows : {1, 2, 5, 6, 7, 13, 16, 17, 64, 65, 100}) {
+        for (const std::int64_t rows : {1, 2, 5, 6, 7, 13, 16, 17, 30, 32, 33, 64, 65, 100}) {
           CAPTURE(depth);
           CAPTURE(rows);
           const tensor a = operand(rows, depth, 12 + static_cast<std::uint32_t>(rows), k.t);

@@ -11,8 +11,8 @@
 // than 6 rows, or every panel when k is odd, is packed first. Padding is zeros, so the kernel
 // has no edge cases: a last panel of B narrower than 64 columns runs with fewer vectors, and the
 // stores of the last block, rounded to C's type, are masked to C's rows and columns. Over B laid
-// out beforehand, 7 to 16 rows (a decode step) take a tile of every row by one vector of
-// columns instead, so that B streams from memory once while the multiply-adds run.
+// out beforehand, 7 to 32 rows (a decode step) run in groups of 4 rows over each block of a
+// panel of B held in L1 instead, so that B streams from memory once while the multiply-adds run.
 
 #include "cpu/gemm_avx512.hpp"
 
@@ -239,16 +239,15 @@ void gemm(const typename Steps::element* a,
     }
   };
 
-  // Few rows over B laid out beforehand (a decode step of 7 to 16 sequences), A's rows in place:
-  // one vector of B's columns at a time, every row's sums in registers, a block of 64 steps at a
-  // time (the sums between blocks in the worker's scratch), each micro tile asking for its
-  // quarter of B's next block. B then comes from memory as one stream that the
-  // multiply-adds overlap: in panels of 6 rows the first panel waited for each block of B and
-  // the others read it from L2, memory and the multiply-adds taking turns (GPT-2 small's 48
-  // layer products at 16 rows on AMD Zen 5, cotensor_bench_lm_products: 8.8 -> 7.3 ms in
-  // bfloat16, 15.1 -> 12.7 ms in float32).
+  // Few rows over B laid out beforehand (a decode step of 7 to 32 sequences), A's rows in place:
+  // each block of a panel of B (column_kc steps, 16 KiB, in L1) is read by groups of up to
+  // group_rows rows in turn, every group's sums for the panel's 64 columns in registers
+  // (the sums between blocks in the worker's scratch); the first group reads the block from L2,
+  // the others from L1, and each asks for its share of B's next block. B then comes from memory
+  // as one stream that the multiply-adds overlap.
   if (!packs && m > mr && m <= column_rows && Steps::a_in_place(k)) {
     const auto* const a_words = reinterpret_cast<const word*>(a);
+    const std::int64_t groups = (m + group_rows - 1) / group_rows;
     parallel_tiles(col_tiles, [&](std::int64_t t) {
       float* const sums = partial_sums(column_rows * nr);
       const std::int64_t end = std::min(n, (t + 1) * tile_cols);
@@ -257,20 +256,23 @@ void gemm(const typename Steps::element* a,
         const std::int64_t panel_cols = std::min(nr, end - j);
         for (std::int64_t p0 = 0; p0 < steps; p0 += column_kc) {
           const std::int64_t block = std::min(column_kc, steps - p0);
-          for (std::int64_t v = 0; 16 * v < panel_cols; ++v) {
-            // B's next block lies right after this one, in this panel or at the next one's
-            // start: one stream. (A prefetch past B's end is harmless: it never faults.)
-            const b_ahead ahead{
-                reinterpret_cast<const char*>(panel + (p0 + block) * nr) + v * block * 64, 64};
-            const tile_sums<Steps> io{sums + 16 * v,
+          // B's next block lies right after this one, in this panel or at the next one's start:
+          // one stream, a share of it asked for by each group. (A prefetch past B's end is
+          // harmless: it never faults.)
+          const auto* const next = reinterpret_cast<const char*>(panel + (p0 + block) * nr);
+          const std::int64_t share = block * nr * static_cast<std::int64_t>(sizeof(word)) / groups;
+          const std::int64_t per_step = (share + 64 * block - 1) / (64 * block) * 64;
+          for (std::int64_t g = 0; g < groups; ++g) {
+            const std::int64_t row0 = g * group_rows;
+            const tile_sums<Steps> io{sums + row0 * nr,
                                       nr,
                                       p0 == 0,
-                                      p0 + block == steps ? c + j + 16 * v : nullptr,
+                                      p0 + block == steps ? c + row0 * n + j : nullptr,
                                       n,
-                                      m,
-                                      std::min<std::int64_t>(16, panel_cols - 16 * v)};
-            micro_tile_vector<Steps>({a_words + p0, words_per_row, 1}, panel + p0 * nr + 16 * v,
-                                     block, io, ahead);
+                                      std::min(group_rows, m - row0),
+                                      panel_cols};
+            micro_tile_group<Steps>({a_words + row0 * words_per_row + p0, words_per_row, 1},
+                                    panel + p0 * nr, block, io, {next + g * share, per_step});
           }
         }
       }

@@ -8,10 +8,8 @@
 #include "cpu/gemm_avx512_steps.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <utility>
 
 namespace cotensor::detail::cpu::avx512 {
 
@@ -59,8 +57,8 @@ COTENSOR_AVX512_TARGET inline __mmask16 lanes(std::int64_t left) {
 // The sums of a `rows` x (16 * vectors) tile over `steps` steps from a.a, from and to `io`;
 // `vectors` is 4 but in the last panel of a narrower B, `rows` 6 but in a last panel of A with
 // fewer rows (a decode step's products, one row or 32 sequences' 6 x 5 + 2: no multiply-adds on
-// padding rows, which would hold back the loads of B); or one vector for 7 to 16 rows
-// (micro_tile_vector).
+// padding rows, which would hold back the loads of B), or a group of up to 4 of 7 to 32 rows
+// (micro_tile_group).
 template <class Steps, int vectors, int rows>
 COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
                                        const typename Steps::word* b,
@@ -73,7 +71,7 @@ COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
     mask[v] = lanes(io.cols - 16 * v);
   }
   __m512 acc[rows][vectors];
-#pragma GCC unroll 16
+#pragma GCC unroll 6
   for (std::int64_t r = 0; r < rows; ++r) {
     const bool zero = io.first || r >= io.rows;
 #pragma GCC unroll 4
@@ -93,7 +91,7 @@ COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
     for (int v = 0; v < vectors; ++v) {
       bv[v] = Steps::load_b(b + 16 * v);
     }
-#pragma GCC unroll 16
+#pragma GCC unroll 6
     for (std::int64_t r = 0; r < rows; ++r) {
       const auto ar = Steps::broadcast(ap[r * a.row_stride]);
 #pragma GCC unroll 4
@@ -104,7 +102,7 @@ COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
     ap += a.step;
     b += nr;
   }
-#pragma GCC unroll 16
+#pragma GCC unroll 6
   for (std::int64_t r = 0; r < rows; ++r) {
     if (r >= io.rows) {
       break;
@@ -164,22 +162,25 @@ COTENSOR_AVX512_TARGET void micro_tile_columns(a_panel<Steps> a,
   }
 }
 
-// micro_tile over one vector of columns (io.cols, 1 to 16) for io.rows rows (mr + 1 to
-// column_rows), every row's sums in registers.
-template <class Steps, std::size_t... Rows>
-constexpr auto vector_tiles(std::index_sequence<Rows...> /*rows past mr, less one*/) {
-  return std::array{&micro_tile<Steps, 1, static_cast<int>(mr + 1 + Rows)>...};
-}
-
+// micro_tile over a panel's 64 columns (io.cols of them stored) for io.rows rows, 1 to
+// group_rows: a group of a product of a few more rows than mr (gemm_avx512.cpp).
 template <class Steps>
-COTENSOR_AVX512_TARGET void micro_tile_vector(a_panel<Steps> a,
-                                              const typename Steps::word* b,
-                                              std::int64_t steps,
-                                              const tile_sums<Steps>& io,
-                                              b_ahead ahead) {
-  static constexpr auto tiles =
-      vector_tiles<Steps>(std::make_index_sequence<static_cast<std::size_t>(column_rows - mr)>{});
-  tiles[static_cast<std::size_t>(io.rows - mr - 1)](a, b, steps, io, ahead);
+COTENSOR_AVX512_TARGET void micro_tile_group(a_panel<Steps> a,
+                                             const typename Steps::word* b,
+                                             std::int64_t steps,
+                                             const tile_sums<Steps>& io,
+                                             b_ahead ahead) {
+  static_assert(group_rows == 4);
+  switch (io.rows) {
+  case 1:
+    return micro_tile<Steps, 4, 1>(a, b, steps, io, ahead);
+  case 2:
+    return micro_tile<Steps, 4, 2>(a, b, steps, io, ahead);
+  case 3:
+    return micro_tile<Steps, 4, 3>(a, b, steps, io, ahead);
+  default:
+    return micro_tile<Steps, 4, 4>(a, b, steps, io, ahead);
+  }
 }
 
 // out[p * 64 + j] = B's word of step p at column col0 + j, for the `steps` steps: a panel.
