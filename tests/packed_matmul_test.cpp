@@ -1,7 +1,7 @@
 // detail::packed_matrix (src/frontend/packed_matmul.hpp), the language models' weights: B laid
 // out once for cotensor's own AVX-512 GEMMs. A product must give the bits of cotensor::matmul
 // with B itself, for every number of rows (few rows take narrower column tiles over the panels,
-// 7 to 32 rows in groups of 4 over blocks of B; more than 64 the tiled path), batched, across the
+// 2 to 32 rows in groups of 4 over blocks of B; more than 64 the tiled path), batched, across the
 // kernels' edges, and whatever the workers; and where the kernel chosen is not cotensor's own, B is
 // kept as it is.
 

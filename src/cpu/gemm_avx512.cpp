@@ -11,7 +11,7 @@
 // than 6 rows, or every panel when k is odd, is packed first. Padding is zeros, so the kernel
 // has no edge cases: a last panel of B narrower than 64 columns runs with fewer vectors, and the
 // stores of the last block, rounded to C's type, are masked to C's rows and columns. Over B laid
-// out beforehand, 7 to 32 rows (a decode step) run in groups of 4 rows over each block of a
+// out beforehand, 2 to 32 rows (a decode step) run in groups of 4 rows over each block of a
 // panel of B held in L1 instead, so that B streams from memory once while the multiply-adds run.
 
 #include "cpu/gemm_avx512.hpp"
@@ -239,13 +239,13 @@ void gemm(const typename Steps::element* a,
     }
   };
 
-  // Few rows over B laid out beforehand (a decode step of 7 to 32 sequences), A's rows in place:
+  // Few rows over B laid out beforehand (a decode step of 2 to 32 sequences), A's rows in place:
   // each block of a panel of B (column_kc steps, 16 KiB, in L1) is read by groups of up to
   // group_rows rows in turn, every group's sums for the panel's 64 columns in registers
   // (the sums between blocks in the worker's scratch); the first group reads the block from L2,
   // the others from L1, and each asks for its share of B's next block. B then comes from memory
   // as one stream that the multiply-adds overlap.
-  if (!packs && m > mr && m <= column_rows && Steps::a_in_place(k)) {
+  if (!packs && m > 1 && m <= column_rows && Steps::a_in_place(k)) {
     const auto* const a_words = reinterpret_cast<const word*>(a);
     const std::int64_t groups = (m + group_rows - 1) / group_rows;
     parallel_tiles(col_tiles, [&](std::int64_t t) {

@@ -55,7 +55,7 @@ std::int64_t packed_b_elements_avx512(dtype t, std::int64_t k, std::int64_t n);
 void pack_b_avx512(dtype t, const void* b, void* packed, std::int64_t k, std::int64_t n);
 /// c[m, n] = a[m, k] · B for B packed by pack_b_avx512: the same bits as sgemm_avx512 and
 /// bf16_gemm_avx512 on B, whatever m (the tiled path for every m, its column tiles narrower for
-/// few rows; 7 to 32 rows, A's rows in place, in groups of 4 over blocks of B), in parallel on the
+/// few rows; 2 to 32 rows, A's rows in place, in groups of 4 over blocks of B), in parallel on the
 /// backend's workers.
 void gemm_packed_avx512(dtype t,
                         const void* a,

@@ -46,12 +46,12 @@ constexpr std::int64_t small_product = 8192;
 // head: hundreds of megabytes); the row path reads each tile of B from memory once and from the
 // core's cache for the other rows.
 constexpr std::int64_t row_path_rows = 64;
-// Over B laid out beforehand, products of more than mr rows and up to column_rows run in groups
-// of group_rows rows over each block of column_kc steps of a panel (16 KiB: it stays in L1
-// while the groups read it), asking for B's next block as they go (gemm_avx512.cpp). Measured
-// with GPT-2 small's products on AMD Zen 5: at 48 rows the panels of 6 rows are faster, at 24
-// and 32 the groups; at 16 rows groups of 4 beat 6 + 6 + 4, and blocks of 64 steps those of 128
-// and 192.
+// Over B laid out beforehand, products of 2 to column_rows rows run in groups of group_rows rows
+// over each block of column_kc steps of a panel (16 KiB: it stays in L1 while the groups read
+// it), asking for B's next block as they go (gemm_avx512.cpp). Measured with GPT-2 small's
+// products on AMD Zen 5: at 48 rows the panels of 6 rows are faster, at 2 to 32 the groups (one
+// row alike either way); at 16 rows groups of 4 beat 6 + 6 + 4, and blocks of 64 steps those of
+// 128 and 192.
 constexpr std::int64_t column_rows = 32;
 constexpr std::int64_t column_kc = 64;
 constexpr std::int64_t group_rows = 4;

@@ -57,7 +57,7 @@ COTENSOR_AVX512_TARGET inline __mmask16 lanes(std::int64_t left) {
 // The sums of a `rows` x (16 * vectors) tile over `steps` steps from a.a, from and to `io`;
 // `vectors` is 4 but in the last panel of a narrower B, `rows` 6 but in a last panel of A with
 // fewer rows (a decode step's products, one row or 32 sequences' 6 x 5 + 2: no multiply-adds on
-// padding rows, which would hold back the loads of B), or a group of up to 4 of 7 to 32 rows
+// padding rows, which would hold back the loads of B), or a group of up to 4 of 2 to 32 rows
 // (micro_tile_group).
 template <class Steps, int vectors, int rows>
 COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
