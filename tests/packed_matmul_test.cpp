@@ -120,7 +120,14 @@ TEST_SUITE("gemm") {
         const tensor bias = cotensor::reshape(operand(1, 200, 32, k.t), {200});
         const packed_matrix packed(b);
         CHECK(packed.packed() == (std::string(kernel) == k.own));
-        for (const std::int64_t rows : {1, 16, 100}) {
+        // Every path of the kernel (one row, groups of 4, narrow tiles, the tiled path), and
+        // Gaussian operands over blocks of k: sums that round, so that a bias added to the
+        // unrounded sum would show.
+        cotensor::manual_seed(51);
+        const tensor bg = (cotensor::randn({300, 200}) * 0.1).astype(k.t);
+        const tensor biasg = cotensor::randn({200}, k.t);
+        const packed_matrix packed_g(bg);
+        for (const std::int64_t rows : {1, 5, 16, 33, 100}) {
           CAPTURE(rows);
           const tensor a = operand(rows, 96, 33 + static_cast<std::uint32_t>(rows), k.t);
           const auto issued = cotensor::runtime::current().stats().issued;
@@ -129,6 +136,9 @@ TEST_SUITE("gemm") {
             CHECK(cotensor::runtime::current().stats().issued == issued + 1);  // one op
           }
           CHECK(differing(fused, cotensor::matmul(a, b) + bias) == 0);
+          const tensor ag = cotensor::randn({rows, 300}, k.t);
+          CHECK(differing(cotensor::detail::matmul(ag, packed_g, biasg),
+                          cotensor::matmul(ag, bg) + biasg) == 0);
         }
         // Batched rows, and a bias of another dtype (the two ops, promoted as operator+).
         const tensor a3 = cotensor::reshape(operand(6, 96, 41, k.t), {2, 3, 96});

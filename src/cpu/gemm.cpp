@@ -201,7 +201,8 @@ void matmul_packed(const matmul_args& args) {
   const std::size_t item = itemsize(args.t);
   for (std::int64_t i = 0; i < args.batch; ++i) {
     gemm_packed_avx512(args.t, offset_bytes(args.a, i * args.a_stride, item), args.b,
-                       offset_bytes(args.c, i * args.m * args.n, item), args.m, args.k, args.n);
+                       offset_bytes(args.c, i * args.m * args.n, item), args.m, args.k, args.n,
+                       args.bias);
   }
 }
 

@@ -78,7 +78,8 @@ struct column_packing {
   std::int64_t packed;
 };
 
-// c = a · b; `prepacked` (when set) is B already in panels (pack_b), and `b` is then unused.
+// c = a · b; `prepacked` (when set) is B already in panels (pack_b), and `b` is then unused;
+// `bias` (when set, with `prepacked`) [n] is added to c's rows as its tiles are stored.
 template <class Steps>
 void gemm(const typename Steps::element* a,
           const typename Steps::element* b,
@@ -86,7 +87,8 @@ void gemm(const typename Steps::element* a,
           std::int64_t m,
           std::int64_t k,
           std::int64_t n,
-          const typename Steps::word* prepacked = nullptr) {
+          const typename Steps::word* prepacked = nullptr,
+          const typename Steps::element* bias = nullptr) {
   using word = typename Steps::word;
   const bool packs = prepacked == nullptr;  // B packed here, for this product
   if (packs && (m <= row_path_rows || m * n * k <= small_product)) {
@@ -200,7 +202,8 @@ void gemm(const typename Steps::element* a,
                                                     : nullptr,
                                 n,
                                 std::min(mr, rows - ip * mr),
-                                std::min(nr, cols - jp * nr)};
+                                std::min(nr, cols - jp * nr),
+                                bias == nullptr ? nullptr : bias + j0 + jp * nr};
       micro_tile_columns<Steps>(panel_of_a(panel0 + ip, p0),
                                 packed_b + (j0 / nr + jp) * steps * nr + p0 * nr, block, io, ahead);
     };
@@ -270,7 +273,8 @@ void gemm(const typename Steps::element* a,
                                       p0 + block == steps ? c + row0 * n + j : nullptr,
                                       n,
                                       std::min(group_rows, m - row0),
-                                      panel_cols};
+                                      panel_cols,
+                                      bias == nullptr ? nullptr : bias + j};
             micro_tile_group<Steps>({a_words + row0 * words_per_row + p0, words_per_row, 1},
                                     panel + p0 * nr, block, io, {next + g * share, per_step});
           }
@@ -355,13 +359,22 @@ void pack_b(const void* b, void* out, std::int64_t k, std::int64_t n) {
 }
 
 template <class Steps>
-void gemm_packed(
-    const void* a, const void* packed, void* c, std::int64_t m, std::int64_t k, std::int64_t n) {
+void gemm_packed(const void* a,
+                 const void* packed,
+                 void* c,
+                 std::int64_t m,
+                 std::int64_t k,
+                 std::int64_t n,
+                 const void* bias) {
   using element = typename Steps::element;
   auto* ce = static_cast<element*>(c);
+  if (bias != nullptr && k == 0) {
+    throw std::invalid_argument("cotensor: a GEMM's bias needs k > 0");  // the frontend adds it
+  }
   if (!trivial(ce, m, k, n)) {
     gemm<Steps>(static_cast<const element*>(a), nullptr, ce, m, k, n,
-                static_cast<const typename Steps::word*>(packed));
+                static_cast<const typename Steps::word*>(packed),
+                static_cast<const element*>(bias));
   }
 }
 
@@ -383,9 +396,10 @@ void gemm_packed_avx512(dtype t,
                         void* c,
                         std::int64_t m,
                         std::int64_t k,
-                        std::int64_t n) {
-  t == dtype::bfloat16 ? gemm_packed<bf16_steps>(a, packed, c, m, k, n)
-                       : gemm_packed<f32_steps>(a, packed, c, m, k, n);
+                        std::int64_t n,
+                        const void* bias) {
+  t == dtype::bfloat16 ? gemm_packed<bf16_steps>(a, packed, c, m, k, n, bias)
+                       : gemm_packed<f32_steps>(a, packed, c, m, k, n, bias);
 }
 
 bool f16_gemm_rows_avx512(const float16_t* a,
@@ -417,7 +431,7 @@ void pack_b_avx512(dtype, const void*, void*, std::int64_t, std::int64_t) {
   throw std::runtime_error("cotensor: the AVX-512 GEMM is not built for this CPU");
 }
 void gemm_packed_avx512(
-    dtype, const void*, const void*, void*, std::int64_t, std::int64_t, std::int64_t) {
+    dtype, const void*, const void*, void*, std::int64_t, std::int64_t, std::int64_t, const void*) {
   throw std::runtime_error("cotensor: the AVX-512 GEMM is not built for this CPU");
 }
 void bf16_gemm_avx512(

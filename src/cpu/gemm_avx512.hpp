@@ -56,14 +56,16 @@ void pack_b_avx512(dtype t, const void* b, void* packed, std::int64_t k, std::in
 /// c[m, n] = a[m, k] · B for B packed by pack_b_avx512: the same bits as sgemm_avx512 and
 /// bf16_gemm_avx512 on B, whatever m (the tiled path for every m, its column tiles narrower for
 /// few rows; 2 to 32 rows, A's rows in place, in groups of 4 over blocks of B), in parallel on the
-/// backend's workers.
+/// backend's workers. A `bias` [n] of t (k > 0) is added to each row as the tiles are stored: the
+/// bits of the product plus the bias by operator+.
 void gemm_packed_avx512(dtype t,
                         const void* a,
                         const void* packed,
                         void* c,
                         std::int64_t m,
                         std::int64_t k,
-                        std::int64_t n);
+                        std::int64_t n,
+                        const void* bias = nullptr);
 
 /// c[m, n] = a[m, k] · b[k, n], row-major float16, for few rows (a decode step): B's halves
 /// converted to float32 as they are read, the float32 kernel's sums, rounded once; the same bits

@@ -113,6 +113,12 @@ struct f32_steps : float_word_steps {
   COTENSOR_AVX512_TARGET static void store(element* out, __m512 x, __mmask16 mask) {
     _mm512_mask_storeu_ps(out, mask, x);
   }
+  // x as store would round it, in float; and the lanes of `mask` of elements at p, in float: a
+  // sum plus a bias rounded as operator+ rounds it (the product's element, then the sum).
+  COTENSOR_AVX512_TARGET static __m512 rounded(__m512 x) { return x; }
+  COTENSOR_AVX512_TARGET static __m512 load_elements(const element* p, __mmask16 mask) {
+    return _mm512_maskz_loadu_ps(mask, p);
+  }
 };
 
 // bfloat16: a step is a pair of k.
@@ -241,6 +247,14 @@ struct bf16_steps {
   // bfloat16_t of the lanes of `mask` of x to out.
   COTENSOR_AVX512_TARGET static void store(element* out, __m512 x, __mmask16 mask) {
     _mm512_mask_cvtepi32_storeu_epi16(out, mask, bits_of(x));
+  }
+  // As f32_steps: x rounded to bfloat16_t, in float; the lanes of `mask` at p, in float.
+  COTENSOR_AVX512_TARGET static __m512 rounded(__m512 x) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(bits_of(x), 16));
+  }
+  COTENSOR_AVX512_TARGET static __m512 load_elements(const element* p, __mmask16 mask) {
+    const __m256i halves = _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(mask, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16));
   }
 };
 

@@ -26,9 +26,10 @@ struct a_panel {
 
 // Where a micro tile's sums come from and go: the float32 sums of the blocks before in `sums`
 // (row stride lds; none when `first`), the sums after this block back there, or, when `out` is
-// set (the last block), to C's elements (row stride ldo) as Steps::store rounds them. Only the
-// first `rows` rows and `cols` columns are read or written: the tiles at C's edges run the same
-// instructions with fewer lanes stored.
+// set (the last block), to C's elements (row stride ldo) as Steps::store rounds them, plus the
+// tile's columns of `bias` where it is set (each element rounded, the bias added in float, the
+// sum rounded: operator+'s bits). Only the first `rows` rows and `cols` columns are read or
+// written: the tiles at C's edges run the same instructions with fewer lanes stored.
 template <class Steps>
 struct tile_sums {
   float* sums;
@@ -38,6 +39,7 @@ struct tile_sums {
   std::int64_t ldo;
   std::int64_t rows;
   std::int64_t cols;
+  const typename Steps::element* bias;
 };
 
 // B's words that a micro tile asks the L2 cache for as it runs, for the tile after it: from
@@ -110,7 +112,11 @@ COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
 #pragma GCC unroll 4
     for (int v = 0; v < vectors; ++v) {
       if (io.out != nullptr) {
-        Steps::store(io.out + r * io.ldo + 16 * v, acc[r][v], mask[v]);
+        const __m512 x = io.bias == nullptr
+                             ? acc[r][v]
+                             : _mm512_add_ps(Steps::rounded(acc[r][v]),
+                                             Steps::load_elements(io.bias + 16 * v, mask[v]));
+        Steps::store(io.out + r * io.ldo + 16 * v, x, mask[v]);
       } else {
         _mm512_mask_storeu_ps(io.sums + r * io.lds + 16 * v, mask[v], acc[r][v]);
       }

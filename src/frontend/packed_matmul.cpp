@@ -41,7 +41,8 @@ packed_matrix::packed_matrix(const tensor& b) : data_(b) {
 
 namespace {
 
-// x · B into a new tensor, then, when `bias` is defined, bias added to its rows in place: one op.
+// x · B into a new tensor, `bias` (when defined) added to its rows as the kernel stores them: one
+// op.
 tensor packed_product(const tensor& x, const packed_matrix& b, const tensor* bias) {
   const tensor& p = b.data();
   require_same_device("matmul", x, p);
@@ -64,7 +65,7 @@ tensor packed_product(const tensor& x, const packed_matrix& b, const tensor* bia
   const auto& sx = checked(x, "matmul");
   const auto& sp = checked(p, "matmul");
   const auto product = [kt = &kt, t = x.dtype(), px = sx.get(), pp = sp.get(), pc = out.get(),
-                        batch, m, k, n] {
+                        batch, m, k, n](const void* add) {
     kt->matmul_packed({.t = t,
                        .a = px->raw(),
                        .b = pp->raw(),
@@ -74,18 +75,23 @@ tensor packed_product(const tensor& x, const packed_matrix& b, const tensor* bia
                        .k = k,
                        .n = n,
                        .a_stride = m * k,
-                       .b_stride = 0});
+                       .b_stride = 0,
+                       .bias = add});
   };
   if (bias == nullptr) {
-    issue("matmul", {sx, sp}, {out}, product);
+    issue("matmul", {sx, sp}, {out}, [product] { product(nullptr); });
+  } else if (k > 0) {
+    // The kernel adds the bias to each tile of C as it stores it, with operator+'s bits.
+    const auto& sb = checked(*bias, "matmul");
+    issue("linear", {sx, sp, sb}, {out}, [product, pb = sb.get()] { product(pb->raw()); });
   } else {
-    // The bias as operator+ adds it (the binary kernel, broadcast over the rows, the product
-    // itself the output).
+    // No sums to store the bias with: the bias as operator+ adds it (the binary kernel,
+    // broadcast over the rows, the product itself the output).
     const auto& sb = checked(*bias, "matmul");
     issue("linear", {sx, sp, sb}, {out},
           [product, kt = &kt, t = x.dtype(), pb = sb.get(), pc = out.get(), out_shape,
            bias_shape = bias->shape()] {
-            product();
+            product(nullptr);
             kt->binary({.op = binary_op::add,
                         .t = t,
                         .a = pc->raw(),

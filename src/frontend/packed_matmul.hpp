@@ -46,10 +46,10 @@ private:
 tensor matmul(const tensor& x, const packed_matrix& b);
 
 /// `matmul(x, b) + bias`, the same bits, in one op where B is laid out and `bias` is [n] of x's
-/// dtype and device: once the product is done, the same op adds the bias to its rows in place
-/// (operator+'s kernel), with no op of its own to issue and wait for (a decode step of GPT-2 has
-/// 48). Otherwise (B not laid out, an undefined bias, another shape or dtype) the two ops, with
-/// their errors.
+/// dtype and device: the GEMM adds the bias to each tile of the product as it stores it (each
+/// element rounded, the bias added in float, the sum rounded), with no op or pass over the
+/// product of its own (a decode step of GPT-2 has 48). Otherwise (B not laid out, an undefined
+/// bias, another shape or dtype) the two ops, with their errors.
 tensor matmul(const tensor& x, const packed_matrix& b, const tensor& bias);
 
 }  // namespace cotensor::detail

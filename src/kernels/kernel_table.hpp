@@ -181,6 +181,9 @@ struct matmul_args {
   std::int64_t n;
   std::int64_t a_stride;
   std::int64_t b_stride;
+  /// matmul_packed only: [n] of t added to each row of C (k > 0), with operator+'s bits; null
+  /// for none.
+  const void* bias = nullptr;
 };
 
 /// B [k, n] laid out for matmul_packed (kernel_table::packed_b_elements says how large).
