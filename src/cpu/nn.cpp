@@ -2,6 +2,7 @@
 // the copies behind concat, slice and index_select. Row by row, rows in parallel; float16 and
 // bfloat16 compute in float, float32 accumulates in double where a row is summed.
 
+#include "cpu/half_convert.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/row_sums.hpp"
 #include "cpu/vector_clones.hpp"
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace cotensor::detail::cpu {
@@ -61,6 +63,27 @@ void softmax_typed(const T* in, T* out, std::int64_t rows, std::int64_t cols, bo
 
 // Rows lo .. hi - 1 of a layer norm: each row's mean and variance as row_sum adds them, then
 // ((x - mean) * inv) * weight + bias, each in double and rounded once to float (to T).
+// row_sum's order over the floats of a row of halves, converted a block at a time: term j into
+// lane j % 8 (the blocks hold whole lanes), the lanes added pairwise.
+template <class T, class Term>
+double half_row_sum(const T* x, std::int64_t n, float* xf, std::int64_t block, Term term) {
+  double lane[8] = {};
+  for (std::int64_t j0 = 0; j0 < n; j0 += block) {
+    const std::int64_t m = std::min(block, n - j0);
+    to_float_span(x + j0, xf, m);
+    std::int64_t j = 0;
+    for (; j + 8 <= m; j += 8) {
+      for (std::int64_t l = 0; l < 8; ++l) {
+        lane[l] += term(static_cast<double>(xf[j + l]));
+      }
+    }
+    for (std::int64_t l = 0; j < m; ++j, ++l) {
+      lane[l] += term(static_cast<double>(xf[j]));
+    }
+  }
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
 template <class T>
 inline void layer_norm_rows(const layer_norm_args& a, std::int64_t lo, std::int64_t hi) {
   const auto* weight = static_cast<const T*>(a.weight);
@@ -68,6 +91,48 @@ inline void layer_norm_rows(const layer_norm_args& a, std::int64_t lo, std::int6
   const std::int64_t cols = a.cols;
   for (std::int64_t r = lo; r < hi; ++r) {
     const T* x = static_cast<const T*>(a.in) + r * cols;
+    T* y = static_cast<T*>(a.out) + r * cols;
+    if constexpr (std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>) {
+      if (weight != nullptr && bias != nullptr) {
+        // Halves through float blocks (half_convert's vectorised conversions), the same
+        // arithmetic in double in loops of 16, which -O2's cost model vectorises.
+        constexpr std::int64_t block = 256;
+        float xf[block];
+        float wf[block];
+        float bf[block];
+        const double mean = half_row_sum(x, cols, xf, block, [](double v) { return v; }) /
+                            static_cast<double>(cols);
+        const double var = half_row_sum(x, cols, xf, block,
+                                        [mean](double v) {
+                                          const double d = v - mean;
+                                          return d * d;
+                                        }) /
+                           static_cast<double>(cols);
+        const double inv = 1.0 / std::sqrt(var + a.eps);
+        for (std::int64_t j0 = 0; j0 < cols; j0 += block) {
+          const std::int64_t m = std::min(block, cols - j0);
+          to_float_span(x + j0, xf, m);
+          to_float_span(weight + j0, wf, m);
+          to_float_span(bias + j0, bf, m);
+          const auto one = [&](std::int64_t j) {
+            xf[j] = static_cast<float>((static_cast<double>(xf[j]) - mean) * inv *
+                                           static_cast<double>(wf[j]) +
+                                       static_cast<double>(bf[j]));
+          };
+          std::int64_t j = 0;
+          for (; j + 16 <= m; j += 16) {
+            for (std::int64_t l = 0; l < 16; ++l) {
+              one(j + l);
+            }
+          }
+          for (; j < m; ++j) {
+            one(j);
+          }
+          from_float_span(xf, y + j0, m);
+        }
+        continue;
+      }
+    }
     const double mean = row_sum(cols, [x](std::int64_t j) { return static_cast<double>(x[j]); }) /
                         static_cast<double>(cols);
     const double var = row_sum(cols,
@@ -77,7 +142,6 @@ inline void layer_norm_rows(const layer_norm_args& a, std::int64_t lo, std::int6
                                }) /
                        static_cast<double>(cols);
     const double inv = 1.0 / std::sqrt(var + a.eps);
-    T* y = static_cast<T*>(a.out) + r * cols;
     if (weight != nullptr && bias != nullptr) {  // a loop without branches, that vectorises
       for (std::int64_t j = 0; j < cols; ++j) {
         const double v = (static_cast<double>(x[j]) - mean) * inv * static_cast<double>(weight[j]) +
