@@ -5,6 +5,7 @@
 #include <cotensor/cotensor.hpp>
 
 #include "cpu/attention_chunk.hpp"
+#include "frontend/split_into_cache.hpp"
 #include "support/cpu_features.hpp"
 #include "support/scoped_environment.hpp"
 
@@ -245,6 +246,73 @@ TEST_SUITE("ops.lm") {
     CHECK_THROWS_AS(silu_and_mul(zeros({3, 5})), std::invalid_argument);
     CHECK_THROWS_AS(silu_and_mul(zeros({3, 4}, dtype::int32)), std::invalid_argument);
     CHECK_THROWS_AS(silu_and_mul(from_vector(std::vector<float>{1.0F}, {})), std::invalid_argument);
+  }
+
+  TEST_CASE("split_into_cache is slices, rotary_embedding and scatter_rows in one op") {
+    // 5 tokens of 3 query heads and 1 key/value head of 6 (a tail of 3 past no full 16), and of
+    // 4 query heads of 64: q | k | v to the queries and 12 cache rows, rotated or not.
+    for (const auto& [hd, heads] : {std::pair<std::int64_t, std::int64_t>{6, 3}, {64, 4}}) {
+      for (const dtype t : {dtype::float32, dtype::bfloat16, dtype::float16, dtype::float64}) {
+        for (const bool rotate : {false, true}) {
+          CAPTURE(hd);
+          CAPTURE(t);
+          CAPTURE(rotate);
+          const std::int64_t q_width = heads * hd;
+          const std::int64_t kv_width = hd;
+          const tensor qkv = (randn({5, q_width + 2 * kv_width}) * 2.0).astype(t);
+          const tensor slots = index({7, 0, 11, 3, 4});
+          const tensor positions = index({0, 9, 40, 2, 1000});
+          const detail::split_rotary rotary{positions, hd, 1e4};
+          const tensor k_cache = (randn({3, 4, 1, hd})).astype(t);
+          const tensor v_cache = (randn({3, 4, 1, hd})).astype(t);
+          const tensor k_want = k_cache * 1.0;
+          const tensor v_want = v_cache * 1.0;
+          const auto issued = runtime::current().stats().issued;
+          const tensor q = detail::split_into_cache(qkv, q_width, kv_width, slots, k_cache, v_cache,
+                                                    rotate ? &rotary : nullptr);
+          CHECK(runtime::current().stats().issued == issued + 1);  // one op on the CPU
+          tensor q_want = slice(qkv, 1, 0, q_width);
+          tensor key = slice(qkv, 1, q_width, q_width + kv_width);
+          if (rotate) {
+            q_want = rotary_embedding(q_want, positions, hd, 1e4);
+            key = rotary_embedding(key, positions, hd, 1e4);
+          }
+          scatter_rows(k_want, slots, key);
+          scatter_rows(v_want, slots, slice(qkv, 1, q_width + kv_width, q_width + 2 * kv_width));
+          CHECK(q.shape() == shape{5, q_width});
+          CHECK(q.astype(dtype::float64).to_vector<double>() ==
+                q_want.astype(dtype::float64).to_vector<double>());
+          CHECK(k_cache.astype(dtype::float64).to_vector<double>() ==
+                k_want.astype(dtype::float64).to_vector<double>());
+          CHECK(v_cache.astype(dtype::float64).to_vector<double>() ==
+                v_want.astype(dtype::float64).to_vector<double>());
+        }
+      }
+    }
+    // A slot outside the cache or written twice fails the op, and the caches it writes.
+    const tensor qkv = randn({2, 12});
+    const tensor outside = zeros({4, 4});
+    CHECK_THROWS_AS(
+        detail::split_into_cache(qkv, 4, 4, index({1, 4}), outside, zeros({4, 4})).wait(),
+        std::out_of_range);
+    CHECK_THROWS_AS(outside.wait(), std::out_of_range);
+    const tensor twice = zeros({4, 4});
+    CHECK_THROWS_AS(detail::split_into_cache(qkv, 4, 4, index({2, 2}), twice, zeros({4, 4})).wait(),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(twice.wait(), std::invalid_argument);
+    const tensor cache = zeros({4, 4});
+    const tensor other = zeros({4, 4});
+    // Shapes that do not fit, at the call.
+    CHECK_THROWS_AS(detail::split_into_cache(qkv, 4, 3, index({0, 1}), cache, other),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(detail::split_into_cache(qkv, 4, 4, index({0}), cache, other),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(detail::split_into_cache(qkv, 4, 4, index({0, 1}), zeros({3, 5}), other),
+                    std::invalid_argument);
+    const tensor positions = index({0, 1});
+    const detail::split_rotary odd{positions, 3, 1e4};
+    CHECK_THROWS_AS(detail::split_into_cache(qkv, 4, 4, index({0, 1}), cache, other, &odd),
+                    std::invalid_argument);
   }
 
   TEST_CASE("scatter_rows writes rows in place, ordered with the ops around it") {

@@ -1,13 +1,11 @@
-// The CPU's kernels for the language models (src/lm/): RMSNorm, rotary position embedding, the
-// key/value cache's scatter and causal attention over the paged cache. Rows in parallel; each
-// row's arithmetic in a fixed order whatever the batch around it, so a sequence's results do
-// not depend on the others in its step (kernel_table.hpp says what each computes).
+// The CPU's kernels for the language models (src/lm/): the key/value cache's scatter and causal
+// attention over the paged cache (RMSNorm and the rotary embedding are cpu/lm_rows.cpp's). Rows in
+// parallel; each row's arithmetic in a fixed order whatever the batch around it, so a sequence's
+// results do not depend on the others in its step (kernel_table.hpp says what each computes).
 
 #include "cpu/attention_chunk.hpp"
 #include "cpu/gemm_dispatch.hpp"
-#include "cpu/half_convert.hpp"
 #include "cpu/kernels.hpp"
-#include "cpu/row_sums.hpp"
 #include "cpu/vector_clones.hpp"
 #include "kernels/element.hpp"
 
@@ -17,198 +15,10 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace cotensor::detail::cpu {
 namespace {
-
-template <class T>
-using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <class T>
-inline void rms_norm_rows(const rms_norm_args& a, std::int64_t lo, std::int64_t hi) {
-  const auto* in = static_cast<const T*>(a.in);
-  const auto* weight = static_cast<const T*>(a.weight);
-  auto* out = static_cast<T*>(a.out);
-  const std::int64_t cols = a.cols;
-  using C = compute_t<T>;
-  for (std::int64_t r = lo; r < hi; ++r) {
-    const T* x = in + r * cols;
-    T* y = out + r * cols;
-    if constexpr (std::is_same_v<T, C>) {
-      const double squares = row_sum(cols, [x](std::int64_t j) {
-        const double v = static_cast<double>(x[j]);
-        return v * v;
-      });
-      const auto inv = static_cast<C>(1.0 / std::sqrt(squares / static_cast<double>(cols) + a.eps));
-      for (std::int64_t j = 0; j < cols; ++j) {
-        y[j] = x[j] * inv * weight[j];
-      }
-    } else {
-      // Halves through float blocks, the conversions vectorised (half_convert.hpp): the squares
-      // summed in row_sum's order (term j into lane j % 8; the blocks hold whole lanes), the
-      // scaling with the element type's roundings.
-      constexpr std::int64_t block = 256;
-      float xf[block];
-      float wf[block];
-      double lane[8] = {};
-      for (std::int64_t j0 = 0; j0 < cols; j0 += block) {
-        const std::int64_t m = std::min(block, cols - j0);
-        to_float_span(x + j0, xf, m);
-        std::int64_t j = 0;
-        for (; j + 8 <= m; j += 8) {
-          for (std::int64_t l = 0; l < 8; ++l) {
-            const double v = xf[j + l];
-            lane[l] += v * v;
-          }
-        }
-        for (std::int64_t l = 0; j < m; ++j, ++l) {
-          const double v = xf[j];
-          lane[l] += v * v;
-        }
-      }
-      const double squares =
-          ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-      const auto inv = static_cast<C>(1.0 / std::sqrt(squares / static_cast<double>(cols) + a.eps));
-      for (std::int64_t j0 = 0; j0 < cols; j0 += block) {
-        const std::int64_t m = std::min(block, cols - j0);
-        to_float_span(x + j0, xf, m);
-        to_float_span(weight + j0, wf, m);
-        // In 16s, which -O2's cost model vectorises (a loop of unknown count it leaves scalar).
-        std::int64_t j = 0;
-        for (; j + 16 <= m; j += 16) {
-          for (std::int64_t l = 0; l < 16; ++l) {
-            xf[j + l] = xf[j + l] * inv * wf[j + l];
-          }
-        }
-        for (; j < m; ++j) {
-          xf[j] = xf[j] * inv * wf[j];
-        }
-        from_float_span(xf, y + j0, m);
-      }
-    }
-  }
-}
-
-// One clone per vector width (vector_clones.hpp), as layer norm's (cpu/nn.cpp): the same
-// operations in every one, so the same bits. Qwen2.5-0.5B's [512, 896] bfloat16 RMSNorm on AMD
-// Zen 5: 0.32 ms in SSE2 alone.
-COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void
-rms_norm_span(const rms_norm_args& a, std::int64_t lo, std::int64_t hi, float /*tag*/) {
-  rms_norm_rows<float>(a, lo, hi);
-}
-COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void
-rms_norm_span(const rms_norm_args& a, std::int64_t lo, std::int64_t hi, double /*tag*/) {
-  rms_norm_rows<double>(a, lo, hi);
-}
-COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void
-rms_norm_span(const rms_norm_args& a, std::int64_t lo, std::int64_t hi, bfloat16_t /*tag*/) {
-  rms_norm_rows<bfloat16_t>(a, lo, hi);
-}
-COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void
-rms_norm_span(const rms_norm_args& a, std::int64_t lo, std::int64_t hi, float16_t /*tag*/) {
-  rms_norm_rows<float16_t>(a, lo, hi);
-}
-
-// y0 = x0·c − x1·s and y1 = x1·c + x0·s over n floats, in 16s, which -O2's cost model
-// vectorises (a loop of unknown count it leaves scalar); the pointers do not overlap.
-inline void rotate_halves(const float* __restrict x0,
-                          const float* __restrict x1,
-                          const float* __restrict c,
-                          const float* __restrict s,
-                          float* __restrict y0,
-                          float* __restrict y1,
-                          std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (std::int64_t l = 0; l < 16; ++l) {
-      y0[i + l] = x0[i + l] * c[i + l] - x1[i + l] * s[i + l];
-      y1[i + l] = x1[i + l] * c[i + l] + x0[i + l] * s[i + l];
-    }
-  }
-  for (; i < n; ++i) {
-    y0[i] = x0[i] * c[i] - x1[i] * s[i];
-    y1[i] = x1[i] * c[i] + x0[i] * s[i];
-  }
-}
-
-// Rows [lo, hi) of a rotary embedding; `inv` the frequencies, `cs` scratch of 3 · head_dim floats.
-template <class T>
-inline void
-rope_rows(const rope_args& a, const float* inv, float* cs, std::int64_t lo, std::int64_t hi) {
-  const auto* in = static_cast<const T*>(a.in);
-  auto* out = static_cast<T*>(a.out);
-  const std::int64_t hd = a.head_dim;
-  const std::int64_t half = hd / 2;
-  const std::int64_t width = a.heads * hd;
-  for (std::int64_t r = lo; r < hi; ++r) {
-    const auto p = static_cast<float>(a.positions[r]);
-    for (std::int64_t i = 0; i < half; ++i) {
-      const float angle = p * inv[i];
-      cs[i] = std::cos(angle);
-      cs[half + i] = std::sin(angle);
-    }
-    for (std::int64_t h = 0; h < a.heads; ++h) {
-      const T* x = in + r * width + h * hd;
-      T* y = out + r * width + h * hd;
-      if constexpr (std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>) {
-        // Halves through float (xf, the result in yf), the conversions vectorised.
-        float* const xf = cs + hd;
-        float* const yf = cs + 2 * hd;
-        to_float_span(x, xf, hd);
-        rotate_halves(xf, xf + half, cs, cs + half, yf, yf + half, half);
-        from_float_span(yf, y, hd);
-      } else {
-        for (std::int64_t i = 0; i < half; ++i) {
-          const float c = cs[i];
-          const float s = cs[half + i];
-          const auto x0 = static_cast<float>(x[i]);
-          const auto x1 = static_cast<float>(x[i + half]);
-          y[i] = T(static_cast<compute_t<T>>(x0 * c - x1 * s));
-          y[i + half] = T(static_cast<compute_t<T>>(x1 * c + x0 * s));
-        }
-      }
-    }
-  }
-}
-
-// One clone per vector width, as RMSNorm's: the rotations vectorised, the same bits (the cosines
-// and sines are libm's, element by element, in every clone).
-COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void rope_span(
-    const rope_args& a, const float* inv, float* cs, std::int64_t lo, std::int64_t hi, float) {
-  rope_rows<float>(a, inv, cs, lo, hi);
-}
-COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void rope_span(
-    const rope_args& a, const float* inv, float* cs, std::int64_t lo, std::int64_t hi, double) {
-  rope_rows<double>(a, inv, cs, lo, hi);
-}
-COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void rope_span(
-    const rope_args& a, const float* inv, float* cs, std::int64_t lo, std::int64_t hi, bfloat16_t) {
-  rope_rows<bfloat16_t>(a, inv, cs, lo, hi);
-}
-COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void rope_span(
-    const rope_args& a, const float* inv, float* cs, std::int64_t lo, std::int64_t hi, float16_t) {
-  rope_rows<float16_t>(a, inv, cs, lo, hi);
-}
-
-template <class T>
-void rope_typed(const rope_args& a) {
-  const std::int64_t hd = a.head_dim;
-  const std::int64_t half = hd / 2;
-  const std::int64_t width = a.heads * hd;
-  // Frequencies as Hugging Face computes them: theta^(−2i/hd) rounded to float.
-  std::vector<float> inv(static_cast<std::size_t>(half));
-  for (std::int64_t i = 0; i < half; ++i) {
-    inv[static_cast<std::size_t>(i)] = static_cast<float>(
-        1.0 / std::pow(a.theta, static_cast<double>(2 * i) / static_cast<double>(hd)));
-  }
-  parallel_chunks(a.rows, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(width, 1)),
-                  [&](std::int64_t lo, std::int64_t hi) {
-                    std::vector<float> cs(static_cast<std::size_t>(3 * hd));
-                    rope_span(a, inv.data(), cs.data(), lo, hi, T{});
-                  });
-}
 
 // Attention over the paged cache, query rows in tiles: up to `attention_tile` rows of one
 // sequence (a prompt chunk's) and one head share each chunk of 16 keys, transposed once into
@@ -451,19 +261,6 @@ void visit_float(dtype t, F&& f) {
 }
 
 }  // namespace
-
-void rms_norm(const rms_norm_args& args) {
-  visit_float(args.t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    parallel_chunks(args.rows,
-                    std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(args.cols, 1)),
-                    [&](std::int64_t lo, std::int64_t hi) { rms_norm_span(args, lo, hi, T{}); });
-  });
-}
-
-void rope(const rope_args& args) {
-  visit_float(args.t, [&](auto tag) { rope_typed<typename decltype(tag)::type>(args); });
-}
 
 void scatter_rows(const scatter_rows_args& args) {
   for (std::int64_t r = 0; r < args.rows; ++r) {

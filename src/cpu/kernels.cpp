@@ -145,6 +145,7 @@ constinit const kernel_table kernel_table_of_cpu{
     .silu_and_mul = silu_and_mul,
     .scatter_rows = scatter_rows,
     .paged_attention = paged_attention,
+    .split_into_cache = split_into_cache,
     .randn = randn,
     .host_chunks = parallel_chunks,
 };

@@ -63,6 +63,7 @@ void rope(const rope_args& args);
 void silu_and_mul(const silu_and_mul_args& args);
 void scatter_rows(const scatter_rows_args& args);
 void paged_attention(const paged_attention_args& args);
+void split_into_cache(const split_into_cache_args& args);
 void randn(const randn_args& args);
 
 // float32 building blocks of the above.

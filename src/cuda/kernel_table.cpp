@@ -374,6 +374,7 @@ const kernel_table kernel_table_of_cuda = {
     .silu_and_mul = silu_and_mul,
     .scatter_rows = scatter_rows,
     .paged_attention = paged_attention,
+    .split_into_cache = nullptr,  // slices, rotary_embedding and scatter_rows instead
     .randn = randn,
     .host_chunks = nullptr,  // the host cannot touch device memory: `map` refuses
 };

@@ -6,6 +6,7 @@
 #include "cotensor/ops.hpp"
 
 #include "frontend/frontend.hpp"
+#include "frontend/split_into_cache.hpp"
 
 #include <string>
 #include <vector>
@@ -236,5 +237,89 @@ tensor paged_attention(const tensor& q,
                 });
   return {detail::internal, std::move(out), q.shape()};
 }
+
+namespace detail {
+
+tensor split_into_cache(const tensor& qkv,
+                        std::int64_t q_width,
+                        std::int64_t kv_width,
+                        const tensor& slots,
+                        const tensor& k_cache,
+                        const tensor& v_cache,
+                        const split_rotary* rotary) {
+  const char* op = "split_into_cache";
+  // The rotary kernel, which the ops it is made of need where the device has no kernel for it.
+  const kernel_table& k = float_kernels(op, qkv, 2, &kernel_table::rope);
+  checked(k_cache, op);
+  checked(v_cache, op);
+  require_same_device(op, qkv, k_cache);
+  require_same_device(op, qkv, v_cache);
+  const std::int64_t tokens = qkv.shape()[0];
+  if (q_width <= 0 || kv_width <= 0 || qkv.shape()[1] != q_width + 2 * kv_width ||
+      k_cache.dtype() != qkv.dtype() || v_cache.dtype() != qkv.dtype() ||
+      k_cache.numel() % kv_width != 0 || v_cache.numel() != k_cache.numel()) {
+    throw_invalid(op, "needs qkv [tokens, " + std::to_string(q_width) + " + 2 · " +
+                          std::to_string(kv_width) + "] and caches of rows of " +
+                          std::to_string(kv_width) + " of its dtype, got " + described(qkv) + ", " +
+                          described(k_cache) + " and " + described(v_cache));
+  }
+  require_index(op, "slots", qkv, slots, tokens);
+  if (rotary != nullptr) {
+    require_index(op, "positions", qkv, rotary->positions, tokens);
+    if (rotary->head_dim <= 0 || rotary->head_dim % 2 != 0 || q_width % rotary->head_dim != 0 ||
+        kv_width % rotary->head_dim != 0 || !(rotary->theta > 0.0)) {
+      throw_invalid(op, "head_dim " + std::to_string(rotary->head_dim) +
+                            " must be even and divide " + std::to_string(q_width) + " and " +
+                            std::to_string(kv_width) + ", theta positive");
+    }
+  }
+  if (k.split_into_cache == nullptr) {
+    // The ops it is made of, the same bits.
+    tensor q = slice(qkv, 1, 0, q_width);
+    tensor key = slice(qkv, 1, q_width, q_width + kv_width);
+    if (rotary != nullptr) {
+      q = rotary_embedding(q, rotary->positions, rotary->head_dim, rotary->theta);
+      key = rotary_embedding(key, rotary->positions, rotary->head_dim, rotary->theta);
+    }
+    scatter_rows(k_cache, slots, key);
+    scatter_rows(v_cache, slots, slice(qkv, 1, q_width + kv_width, q_width + 2 * kv_width));
+    return q;
+  }
+  const shape q_shape{tokens, q_width};
+  auto out = allocate(op, q_shape, qkv.device(), qkv.dtype());
+  const auto& sx = qkv.storage();
+  const auto& ss = slots.storage();
+  const auto& sk = k_cache.storage();
+  const auto& sv = v_cache.storage();
+  const std::shared_ptr<storage> none;
+  const auto& sp = rotary != nullptr ? checked(rotary->positions, op) : none;
+  const auto kernel = [k = &k, t = qkv.dtype(), px = sx.get(), ps = ss.get(), po = out.get(),
+                       pk = sk.get(), pv = sv.get(), pp = sp.get(), tokens, q_width, kv_width,
+                       cache_rows = k_cache.numel() / kv_width,
+                       head_dim = rotary != nullptr ? rotary->head_dim : 0,
+                       theta = rotary != nullptr ? rotary->theta : 0.0] {
+    k->split_into_cache({.t = t,
+                         .qkv = px->raw(),
+                         .q = po->raw(),
+                         .k_cache = pk->raw(),
+                         .v_cache = pv->raw(),
+                         .slots = ps->data<std::int64_t>(),
+                         .positions = pp != nullptr ? pp->data<std::int64_t>() : nullptr,
+                         .tokens = tokens,
+                         .q_width = q_width,
+                         .kv_width = kv_width,
+                         .cache_rows = cache_rows,
+                         .head_dim = head_dim,
+                         .theta = theta});
+  };
+  if (rotary != nullptr) {
+    issue(op, {sx, ss, sp}, {out, sk, sv}, kernel);
+  } else {
+    issue(op, {sx, ss}, {out, sk, sv}, kernel);
+  }
+  return {internal, std::move(out), q_shape};
+}
+
+}  // namespace detail
 
 }  // namespace cotensor

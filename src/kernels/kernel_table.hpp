@@ -316,6 +316,28 @@ struct scatter_rows_args {
   std::int64_t out_rows;
 };
 
+/// A generation step's q | k | v product split: for each row r of qkv [tokens, q_width + 2 ·
+/// kv_width], its first q_width elements to row r of q, the next kv_width to row slots[r] of
+/// k_cache and the last kv_width to row slots[r] of v_cache (the caches seen as `cache_rows` rows
+/// of kv_width), in place; with `positions` (else null) q's and k's heads of head_dim rotated
+/// as rope_args rotates them. A slot outside [0, cache_rows) throws std::out_of_range, a repeated
+/// slot std::invalid_argument, before anything is written.
+struct split_into_cache_args {
+  dtype t;
+  const void* qkv;
+  void* q;
+  void* k_cache;
+  void* v_cache;
+  const std::int64_t* slots;
+  const std::int64_t* positions;
+  std::int64_t tokens;
+  std::int64_t q_width;
+  std::int64_t kv_width;
+  std::int64_t cache_rows;
+  std::int64_t head_dim;
+  double theta;
+};
+
 /// Causal attention of `tokens` query rows over a paged key/value cache. q and out are
 /// [tokens, heads · head_dim]; each cache is [blocks, block_size, kv_heads · head_dim]. Query
 /// row r belongs to sequence `sequence[r]` (a row of `block_tables`, [sequences, table_width])
@@ -401,6 +423,8 @@ struct kernel_table {
   void (*silu_and_mul)(const silu_and_mul_args&);
   void (*scatter_rows)(const scatter_rows_args&);
   void (*paged_attention)(const paged_attention_args&);
+  /// Null where the device has none (the frontend then issues the ops it is made of).
+  void (*split_into_cache)(const split_into_cache_args&);
   void (*randn)(const randn_args&);
   /// Calls `f(begin, end)` over `[0, n)` in chunks of about `grain`, in parallel, on host
   /// threads that may touch the device's memory (`map`'s user functions); null for a device

@@ -1,9 +1,11 @@
 // The forward passes of cotensor::lm::model: one sequence without a cache (model::logits, made
 // of general ops: a [T, T] mask, attention head by head) and a generation step over the paged
-// key/value cache (the language-model ops: RoPE, RMSNorm, scatter_rows, paged_attention).
+// key/value cache (the language-model ops: RMSNorm, SwiGLU's gate, the q | k | v split into the
+// cache with RoPE, paged_attention).
 
 #include "cotensor/ops.hpp"
 
+#include "frontend/split_into_cache.hpp"
 #include "lm/model_impl.hpp"
 
 #include <cmath>
@@ -121,11 +123,12 @@ tensor model::impl::llama_forward(tensor h, const tensor& mask) const {
 tensor model::impl::step(const step_inputs& in, const kv_cache& cache) const {
   const std::int64_t hd = head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  // Each layer's keys and values go to their slots; the attention reads them back by block.
-  const auto attend_cached = [&](std::size_t layer, const tensor& q, const tensor& k,
-                                 const tensor& v) {
-    scatter_rows(cache.keys[layer], in.slots, k);
-    scatter_rows(cache.values[layer], in.slots, v);
+  // Each layer's keys and values go from its q | k | v product to their slots (rotated where
+  // the model rotates them), with its queries split off; the attention reads them back by block.
+  const auto attend_cached = [&](std::size_t layer, const tensor& qkv, std::int64_t q_width,
+                                 std::int64_t kv_width, const detail::split_rotary* rotary) {
+    const tensor q = detail::split_into_cache(qkv, q_width, kv_width, in.slots, cache.keys[layer],
+                                              cache.values[layer], rotary);
     return paged_attention(q, cache.keys[layer], cache.values[layer], in.block_tables, in.sequence,
                            in.context, scale);
   };
@@ -136,8 +139,7 @@ tensor model::impl::step(const step_inputs& in, const kv_cache& cache) const {
     for (std::size_t l = 0; l < gpt2_blocks.size(); ++l) {
       const gpt2_block& b = gpt2_blocks[l];
       const tensor qkv = matmul(layer_norm(h, b.ln1_w, b.ln1_b, eps), b.attn_w, b.attn_b);
-      const tensor a = attend_cached(l, slice(qkv, 1, 0, d), slice(qkv, 1, d, 2 * d),
-                                     slice(qkv, 1, 2 * d, 3 * d));
+      const tensor a = attend_cached(l, qkv, d, d, nullptr);
       h = h + matmul(a, b.attn_proj_w, b.attn_proj_b);
       const tensor m = layer_norm(h, b.ln2_w, b.ln2_b, eps);
       h = h + matmul(gelu(matmul(m, b.fc_w, b.fc_b), true), b.mlp_proj_w, b.mlp_proj_b);
@@ -146,15 +148,11 @@ tensor model::impl::step(const step_inputs& in, const kv_cache& cache) const {
   } else {
     const std::int64_t q_out = heads * hd;
     const std::int64_t kv_out = kv_heads * hd;
+    const detail::split_rotary rotary{in.positions, hd, rope_theta};
     for (std::size_t l = 0; l < llama_blocks.size(); ++l) {
       const llama_block& b = llama_blocks[l];
       const tensor qkv = matmul(cotensor::rms_norm(h, b.in_norm, eps), b.qkv_w, b.qkv_b);
-      const auto rotated = [&](std::int64_t from, std::int64_t to) {
-        return rotary_embedding(slice(qkv, 1, from, to), in.positions, hd, rope_theta);
-      };
-      const tensor a = attend_cached(l, rotated(0, q_out), rotated(q_out, q_out + kv_out),
-                                     slice(qkv, 1, q_out + kv_out, q_out + 2 * kv_out));
-      h = h + matmul(a, b.o_w);
+      h = h + matmul(attend_cached(l, qkv, q_out, kv_out, &rotary), b.o_w);
       const tensor m = cotensor::rms_norm(h, b.post_norm, eps);
       h = h + matmul(silu_and_mul(matmul(m, b.gate_up_w)), b.down_w);
     }
