@@ -250,16 +250,6 @@ void paged_attention_typed(const paged_attention_args& a) {
       });
 }
 
-template <class F>
-void visit_float(dtype t, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (is_float_v<T>) {
-      f(tag);
-    }
-  });
-}
-
 }  // namespace
 
 void scatter_rows(const scatter_rows_args& args) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace cotensor::detail::cpu {
 namespace {
@@ -127,6 +128,7 @@ void unary_typed_span(unary_op op, dtype t, const void* in, void* out, std::int6
 // silu(g)·u = g·σ(g)·u over n elements, in float blocks (σ from unary_span, as `sigmoid`) and
 // one rounding: for float32 the same bits as the three ops apart.
 template <class T>
+requires is_half_v<T>
 void silu_and_mul_span(const T* gate, const T* up, T* out, std::int64_t n) {
   constexpr std::int64_t block = 512;
   float g[block];
@@ -144,24 +146,23 @@ void silu_and_mul_span(const T* gate, const T* up, T* out, std::int64_t n) {
   }
 }
 
-void silu_and_mul_span(const float* gate, const float* up, float* out, std::int64_t n) {
-  constexpr std::int64_t block = 512;
-  float s[block];
-  for (std::int64_t lo = 0; lo < n; lo += block) {
-    const std::int64_t m = std::min(block, n - lo);
-    unary_span(unary_op::sigmoid, gate + lo, s, m);
-    for (std::int64_t i = 0; i < m; ++i) {
-      out[lo + i] = gate[lo + i] * s[i] * up[lo + i];
-    }
-  }
+// σ over n elements, as `sigmoid` computes it for the type.
+void sigmoid_span(const float* in, float* out, std::int64_t n) {
+  unary_span(unary_op::sigmoid, in, out, n);
+}
+void sigmoid_span(const double* in, double* out, std::int64_t n) {
+  unary_double_span(unary_op::sigmoid, in, out, n);
 }
 
-void silu_and_mul_span(const double* gate, const double* up, double* out, std::int64_t n) {
+// float32 and float64 in their own type: the same products as the three ops apart.
+template <class T>
+requires std::is_floating_point_v<T>
+void silu_and_mul_span(const T* gate, const T* up, T* out, std::int64_t n) {
   constexpr std::int64_t block = 512;
-  double s[block];
+  T s[block];
   for (std::int64_t lo = 0; lo < n; lo += block) {
     const std::int64_t m = std::min(block, n - lo);
-    unary_double_span(unary_op::sigmoid, gate + lo, s, m);
+    sigmoid_span(gate + lo, s, m);
     for (std::int64_t i = 0; i < m; ++i) {
       out[lo + i] = gate[lo + i] * s[i] * up[lo + i];
     }

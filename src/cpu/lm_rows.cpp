@@ -22,9 +22,6 @@ namespace cotensor::detail::cpu {
 namespace {
 
 template <class T>
-using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <class T>
 inline void rms_norm_rows(const rms_norm_args& a, std::int64_t lo, std::int64_t hi) {
   const auto* in = static_cast<const T*>(a.in);
   const auto* weight = static_cast<const T*>(a.weight);
@@ -148,7 +145,7 @@ template <class T>
 inline void rotate_heads(const T* x, T* y, std::int64_t heads, std::int64_t hd, float* cs) {
   const std::int64_t half = hd / 2;
   for (std::int64_t h = 0; h < heads; ++h, x += hd, y += hd) {
-    if constexpr (std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>) {
+    if constexpr (is_half_v<T>) {
       // Halves through float (xf, the result in yf), the conversions vectorised.
       float* const xf = cs + hd;
       float* const yf = cs + 2 * hd;
@@ -259,16 +256,6 @@ void rope_typed(const rope_args& a) {
                     std::vector<float> cs(static_cast<std::size_t>(3 * hd));
                     rope_span(a, inv.data(), cs.data(), lo, hi, T{});
                   });
-}
-
-template <class F>
-void visit_float(dtype t, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (is_float_v<T>) {
-      f(tag);
-    }
-  });
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ inline void layer_norm_rows(const layer_norm_args& a, std::int64_t lo, std::int6
   for (std::int64_t r = lo; r < hi; ++r) {
     const T* x = static_cast<const T*>(a.in) + r * cols;
     T* y = static_cast<T*>(a.out) + r * cols;
-    if constexpr (std::is_same_v<T, float16_t> || std::is_same_v<T, bfloat16_t>) {
+    if constexpr (is_half_v<T>) {
       if (weight != nullptr && bias != nullptr) {
         // Halves through float blocks (half_convert's vectorised conversions), the same
         // arithmetic in double in loops of 16, which -O2's cost model vectorises.
@@ -186,23 +186,19 @@ layer_norm_span(const layer_norm_args& a, std::int64_t lo, std::int64_t hi, floa
 }  // namespace
 
 void softmax(const softmax_args& args) {
-  visit_dtype(args.t, [&](auto tag) {
+  visit_float(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_float_v<T>) {
-      softmax_typed(static_cast<const T*>(args.in), static_cast<T*>(args.out), args.rows, args.cols,
-                    args.log);
-    }
+    softmax_typed(static_cast<const T*>(args.in), static_cast<T*>(args.out), args.rows, args.cols,
+                  args.log);
   });
 }
 
 void layer_norm(const layer_norm_args& args) {
-  visit_dtype(args.t, [&](auto tag) {
+  visit_float(args.t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_float_v<T>) {
-      parallel_chunks(
-          args.rows, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(args.cols, 1)),
-          [&](std::int64_t lo, std::int64_t hi) { layer_norm_span(args, lo, hi, T{}); });
-    }
+    parallel_chunks(args.rows,
+                    std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(args.cols, 1)),
+                    [&](std::int64_t lo, std::int64_t hi) { layer_norm_span(args, lo, hi, T{}); });
   });
 }
 

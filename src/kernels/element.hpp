@@ -27,6 +27,17 @@ inline constexpr bool is_int_v = std::is_same_v<T, std::int32_t> || std::is_same
 template <class T>
 inline constexpr bool is_float_v = is_half_v<T> || std::is_floating_point_v<T>;
 
+/// Calls `f(type_tag<T>{})` with the C++ type of `t` when it is a float dtype; nothing for
+/// another (the frontend lets none through to a float kernel).
+template <class F>
+void visit_float(dtype t, F&& f) {
+  visit_dtype(t, [&](auto tag) {
+    if constexpr (is_float_v<typename decltype(tag)::type>) {
+      f(tag);
+    }
+  });
+}
+
 /// The type `T`'s elementwise math runs in.
 template <class T>
 using compute_t = std::conditional_t<is_half_v<T>, float, T>;
