@@ -286,6 +286,37 @@ TEST_SUITE("lm.generate") {
                     std::invalid_argument);
   }
 
+  TEST_CASE("max_waiting: past it submit throws length_error; a cancelled sequence frees its "
+            "place at once") {
+    const model m = model::load(data / "gpt2-tiny");
+    generator g(m, {.max_running = 1, .max_waiting = 1, .max_unread = 1});
+    const std::vector<std::int32_t> prompt{1, 2, 3};
+    const sampling_params long_run{.temperature = 0.0F, .max_tokens = 40, .ignore_eos = true};
+    auto running = g.submit(prompt, long_run);  // runs, then pauses after a token: nobody reads
+    REQUIRE(eventually([&] { return g.stats().steps == 1; }));
+    auto waiting = g.submit(prompt, long_run);
+    CHECK_THROWS_WITH_AS(g.submit(prompt, long_run), doctest::Contains("max_waiting"),
+                         std::length_error);
+    // Reading the token resumes the running sequence; its next step is held up for a second
+    // (its first op's completion delayed), so no step takes the cancelled sequence out of the
+    // queue meanwhile: its place must be free all the same.
+    cotensor::detail::faults::delay_op(1, std::chrono::seconds(1));
+    {
+      asio::io_context io;
+      asio::co_spawn(
+          io, [&]() -> asio::awaitable<void> { co_await running.async_next(asio::use_awaitable); },
+          asio::detached);
+      io.run();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the step is under way
+    waiting.cancel();
+    CHECK_NOTHROW(waiting = g.submit(prompt, long_run));
+    CHECK_THROWS_AS(g.submit(prompt, long_run), std::length_error);
+    CHECK(g.stats().steps == 1);  // it was all within the held-up step
+    cotensor::detail::faults::reset();
+    CHECK(waiting.finish_reason() == finish_reason::none);
+  }
+
   TEST_CASE("cancelling the wait cancels the sequence, and the reader's errors") {
     const model m = model::load(data / "gpt2-tiny");
     // One running sequence, paused after each unread token: the next ones wait in the queue, so

@@ -271,7 +271,8 @@ enum class finish_reason : std::uint8_t {
 struct generator_options {
   /// The most sequences generating at once (one step batches all of them).
   std::size_t max_running = 64;
-  /// The most sequences waiting for room; `submit` past it throws std::length_error.
+  /// The most sequences waiting for room; `submit` past it throws std::length_error. A
+  /// waiting sequence cancelled (or destroyed) gives its place back at once.
   std::size_t max_waiting = 1024;
   /// Bytes of the key/value cache; 0: enough for `max_running` sequences of the whole context,
   /// at most 512 MiB.

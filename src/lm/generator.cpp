@@ -201,10 +201,14 @@ sequence generator::submit(std::vector<std::int32_t> prompt, sampling_params par
   s->params = std::move(params);
   {
     const std::lock_guard lock(state_->mutex);
-    if (state_->waiting.size() >= state_->options.max_waiting) {
-      throw std::length_error(
-          "cotensor::lm::generator::submit: " + std::to_string(state_->waiting.size()) +
-          " sequences are waiting already (max_waiting)");
+    // A cancelled sequence leaves its place at once, though the next step takes it out.
+    const auto queued = static_cast<std::size_t>(
+        std::ranges::count_if(state_->waiting, [](const std::shared_ptr<sequence::state>& w) {
+          return !w->cancelled.load(std::memory_order_relaxed);
+        }));
+    if (queued >= state_->options.max_waiting) {
+      throw std::length_error("cotensor::lm::generator::submit: " + std::to_string(queued) +
+                              " sequences are waiting already (max_waiting)");
     }
     state_->waiting.push_back(s);
     state_->figures.waiting = state_->waiting.size();

@@ -151,7 +151,8 @@ def start_stream(server, model, max_tokens):
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
               b"application/json\r\nContent-Length: " + str(len(body)).encode() +
               b"\r\n\r\n" + body)
-    assert s.recv(64).startswith(b"HTTP/1.1 200")
+    head = s.recv(64)
+    assert head.startswith(b"HTTP/1.1 200"), head + s.recv(4096)
     return s
 
 
@@ -349,17 +350,18 @@ def run_cases(server):
             text = raw(server, "GET", "/metrics")[2].decode()
             return [metric(text, name, {"model": "long"}) for name in (
                 "cotensor_lm_request_aborted_total", "cotensor_lm_num_requests_running",
-                "cotensor_lm_kv_cache_usage_perc", "cotensor_lm_generation_tokens_total")]
+                "cotensor_lm_num_requests_waiting", "cotensor_lm_kv_cache_usage_perc",
+                "cotensor_lm_generation_tokens_total")]
         aborted = figures()[0]
         s = start_stream(server, "long", LONG - 8)
         s.recv(4096)  # a first event
         s.close()
         deadline = time.time() + 30
         while True:
-            done, running, usage, tokens = figures()
-            if done == aborted + 1 and running == 0 and usage == 0:
+            done, running, waiting, usage, tokens = figures()
+            if done == aborted + 1 and running == 0 and waiting == 0 and usage == 0:
                 break
-            assert time.time() < deadline, (done, running, usage)
+            assert time.time() < deadline, (done, running, waiting, usage)
             time.sleep(0.05)
         assert tokens < LONG - 8, tokens  # it stopped early
         assert raw(server, "GET", "/v1/models")[0] == 200
