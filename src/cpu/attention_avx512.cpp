@@ -57,6 +57,43 @@ COTENSOR_ATTENTION_TARGET inline __m512 load16(const T* p) {
   }
 }
 
+// scalar_rows (cpu/attention_chunk.hpp) 16 elements at a time, for head sizes that are a
+// multiple of 16: a query row's elements converted exactly, and the sums divided (vdivps
+// rounds as divss) and rounded to bfloat16 as bfloat16_t(float) rounds (to nearest even, a
+// NaN to its quiet NaN). float16's rounding stays element by element.
+struct vector_rows {
+  template <class T>
+  COTENSOR_ATTENTION_TARGET static void to_float(float* out, const T* in, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; i += 16) {
+      _mm512_storeu_ps(out + i, load16(in + i));
+    }
+  }
+  template <class T>
+  COTENSOR_ATTENTION_TARGET static void
+  quotients(T* out, const float* sums, float total, std::int64_t n) {
+    if constexpr (std::is_same_v<T, float16_t>) {
+      scalar_rows::quotients(out, sums, total, n);
+    } else {
+      const __m512 d = _mm512_set1_ps(total);
+      for (std::int64_t i = 0; i < n; i += 16) {
+        const __m512 x = _mm512_div_ps(_mm512_loadu_ps(sums + i), d);
+        if constexpr (std::is_same_v<T, float>) {
+          _mm512_storeu_ps(out + i, x);
+        } else {
+          const __m512i u = _mm512_castps_si512(x);
+          const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+          const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+          __m512i bits = _mm512_srli_epi32(
+              _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
+          bits =
+              _mm512_mask_or_epi32(bits, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi32_epi16(bits));
+        }
+      }
+    }
+  }
+};
+
 // out[e * 16 + c] = r[c][e]: 16 rows of 16 floats transposed (about 64 shuffles).
 COTENSOR_ATTENTION_TARGET __attribute__((always_inline)) inline void
 transpose16(const __m512 (&r)[16], float* out) {
@@ -143,6 +180,43 @@ COTENSOR_ATTENTION_TARGET void add_values(float* out,
   }
 }
 
+// add_values for a tile's `Rows` rows over all 16 float value rows of a chunk: out + r * hd
+// gets weights[r][c] * values[c][i] added for c in order, each value vector loaded once for all
+// the rows, 32 columns at a time (two vectors a row in registers). Each row's operations are
+// add_values' own, in the same order: the same bits.
+template <int Rows>
+COTENSOR_ATTENTION_TARGET void add_values_rows(float* out,
+                                               const float (&weights)[Rows][key_chunk],
+                                               const float* values,
+                                               std::int64_t hd) {
+  for (std::int64_t i0 = 0; i0 < hd; i0 += 32) {
+    const bool two = hd - i0 >= 32;
+    __m512 o[Rows][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < Rows; ++r) {
+      o[r][0] = _mm512_loadu_ps(out + r * hd + i0);
+      o[r][1] = two ? _mm512_loadu_ps(out + r * hd + i0 + 16) : _mm512_setzero_ps();
+    }
+    for (std::int64_t c = 0; c < key_chunk; ++c) {
+      const __m512 v0 = _mm512_loadu_ps(values + c * hd + i0);
+      const __m512 v1 = two ? _mm512_loadu_ps(values + c * hd + i0 + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+      for (int r = 0; r < Rows; ++r) {
+        const __m512 w = _mm512_set1_ps(weights[r][c]);
+        o[r][0] = _mm512_add_ps(o[r][0], _mm512_mul_ps(w, v0));
+        o[r][1] = _mm512_add_ps(o[r][1], _mm512_mul_ps(w, v1));
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < Rows; ++r) {
+      _mm512_storeu_ps(out + r * hd + i0, o[r][0]);
+      if (two) {
+        _mm512_storeu_ps(out + r * hd + i0 + 16, o[r][1]);
+      }
+    }
+  }
+}
+
 template <class T>
 COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
                                           std::int64_t row,
@@ -165,10 +239,8 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
     return (table[j / a.block_size] * a.block_size + j % a.block_size) * row_width;
   };
   for (std::int64_t h = h0; h < h1; ++h) {
-    const T* q = static_cast<const T*>(a.q) + row * width + h * hd;
-    for (std::int64_t i = 0; i < hd; ++i) {
-      qf[(h - h0) * hd + i] = static_cast<float>(q[i]);
-    }
+    vector_rows::to_float(qf + (h - h0) * hd, static_cast<const T*>(a.q) + row * width + h * hd,
+                          hd);
     st[h - h0].top[0] = -std::numeric_limits<float>::infinity();
     st[h - h0].total[0] = 0.0F;
   }
@@ -244,11 +316,8 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
     }
   }
   for (std::int64_t h = h0; h < h1; ++h) {
-    T* o = static_cast<T*>(a.out) + row * width + h * hd;
-    const float* sums = acc + (h - h0) * hd;
-    for (std::int64_t i = 0; i < hd; ++i) {
-      o[i] = T(sums[i] / st[h - h0].total[0]);
-    }
+    vector_rows::quotients(static_cast<T*>(a.out) + row * width + h * hd, acc + (h - h0) * hd,
+                           st[h - h0].total[0], hd);
   }
 }
 
@@ -278,19 +347,24 @@ COTENSOR_ATTENTION_TARGET void attend_tile(const paged_attention_args& a,
   const auto scale = static_cast<float>(a.scale);
   const std::int64_t* table = a.block_tables + a.sequence[r0] * a.table_width;
   std::int64_t keys[tile];
-  const std::int64_t most = start_tile<T, tile>(a, r0, rows, h0, h1, acc, qf, st, keys);
+  const std::int64_t most =
+      start_tile<T, tile, vector_rows>(a, r0, rows, h0, h1, acc, qf, st, keys);
   const T* key_rows[key_chunk];
   const float* value_rows[key_chunk];
   for (std::int64_t c = 0; c < key_chunk; ++c) {
     value_rows[c] = vr + c * hd;
   }
-  float scores[key_chunk];
-  float weights[key_chunk];
+  float scores[tile][key_chunk];
+  float weights[tile][key_chunk];
   for (std::int64_t j0 = 0; j0 < most; j0 += key_chunk) {
     const std::int64_t n = std::min(key_chunk, most - j0);
     for (std::int64_t c = 0; c < n; ++c) {
       const std::int64_t j = j0 + c;
       key_rows[c] = kc + (table[j / a.block_size] * a.block_size + j % a.block_size) * row_width;
+    }
+    bool full = rows == tile;
+    for (int r = 0; r < tile; ++r) {
+      full = full && keys[r] - j0 >= key_chunk;
     }
     std::int64_t transposed = -1;  // the key/value head whose keys kt and values vr hold
     for (std::int64_t h = h0; h < h1; ++h) {
@@ -319,19 +393,29 @@ COTENSOR_ATTENTION_TARGET void attend_tile(const paged_attention_args& a,
         }
       }
       tile_state& state = st[h - h0];
+      float* const out = acc + (h - h0) * tile * hd;
+      if (full) {  // every row has the chunk's 16 keys: the rows' weights together
+#pragma GCC unroll 8
+        for (int r = 0; r < tile; ++r) {
+          _mm512_storeu_ps(scores[r], s[r]);
+        }
+        chunk_weights_rows(scores, scale, state.top, state.total, out, hd, weights);
+        add_values_rows(out, weights, vr, hd);
+        continue;
+      }
       for (int r = 0; r < tile; ++r) {
         const std::int64_t m = std::min(key_chunk, keys[r] - j0);
         if (m <= 0) {
           continue;
         }
-        float* out = acc + ((h - h0) * tile + r) * hd;
-        _mm512_storeu_ps(scores, s[r]);
-        chunk_weights(scores, m, scale, state.top[r], state.total[r], out, hd, weights);
-        add_values(out, weights, m, value_rows, 0, hd);
+        _mm512_storeu_ps(scores[r], s[r]);
+        chunk_weights(scores[r], m, scale, state.top[r], state.total[r], out + r * hd, hd,
+                      weights[r]);
+        add_values(out + r * hd, weights[r], m, value_rows, 0, hd);
       }
     }
   }
-  end_tile<T, tile>(a, r0, rows, h0, h1, acc, st);
+  end_tile<T, tile, vector_rows>(a, r0, rows, h0, h1, acc, st);
 }
 
 }  // namespace

@@ -82,11 +82,83 @@ inline void chunk_weights(float (&scores)[key_chunk],
   }
 }
 
+// chunk_weights for Rows rows of a tile at once, each with all key_chunk keys of the chunk
+// (row r's state top[r] and total[r], its summed values out + r * hd): each row's operations
+// are chunk_weights' own, in the same order (the same bits), the rows' chains of maxima and of
+// sums interleaved in registers and their exponentials one call, so that their latencies
+// overlap.
+template <int Rows>
+inline void chunk_weights_rows(float (&scores)[Rows][key_chunk],
+                               float scale,
+                               float* top,
+                               float* total,
+                               float* out,
+                               std::int64_t hd,
+                               float (&weights)[Rows][key_chunk]) {
+  float high[Rows];
+  float sum[Rows];
+#pragma GCC unroll 8
+  for (int r = 0; r < Rows; ++r) {
+    high[r] = top[r];
+    sum[r] = total[r];
+    for (std::int64_t c = 0; c < key_chunk; ++c) {
+      scores[r][c] *= scale;
+    }
+  }
+  for (std::int64_t c = 0; c < key_chunk; ++c) {
+#pragma GCC unroll 8
+    for (int r = 0; r < Rows; ++r) {
+      high[r] = std::max(high[r], scores[r][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < Rows; ++r) {
+    if (high[r] > top[r]) {
+      const float shrink = std::exp(top[r] - high[r]);  // 0 for the first chunk
+      sum[r] *= shrink;
+      scale_by(out + r * hd, shrink, hd);
+      top[r] = high[r];
+    }
+    for (std::int64_t c = 0; c < key_chunk; ++c) {
+      scores[r][c] -= top[r];
+    }
+  }
+  unary_span(unary_op::exp, scores[0], weights[0], Rows * key_chunk);
+  for (std::int64_t c = 0; c < key_chunk; ++c) {
+#pragma GCC unroll 8
+    for (int r = 0; r < Rows; ++r) {
+      sum[r] += weights[r][c];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < Rows; ++r) {
+    total[r] = sum[r];
+  }
+}
+
+// How a tile's rows are converted: a query row to float, and a row of sums over their total,
+// rounded once, to T. Element by element here; cpu/attention_avx512.cpp has the same in
+// registers.
+struct scalar_rows {
+  template <class T>
+  static void to_float(float* out, const T* in, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      out[i] = static_cast<float>(in[i]);
+    }
+  }
+  template <class T>
+  static void quotients(T* out, const float* sums, float total, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      out[i] = T(sums[i] / total);
+    }
+  }
+};
+
 // A tile's start, the same in both ways: the key counts of rows r0 .. r0 + rows - 1 of one
 // sequence in `keys` (0 past `rows`); their queries of heads [h0, h1) in float in `qf`, head by
 // head, Rows rows of head_dim each (rows past `rows` repeat the last: computed, never used);
 // each head's running state reset and its sums in `acc` zeroed. Returns the most keys of a row.
-template <class T, int Rows>
+template <class T, int Rows, class Convert = scalar_rows>
 std::int64_t start_tile(const paged_attention_args& a,
                         std::int64_t r0,
                         std::int64_t rows,
@@ -104,11 +176,8 @@ std::int64_t start_tile(const paged_attention_args& a,
     keys[r] = r < rows ? a.context[row] : 0;
     most = std::max(most, keys[r]);
     for (std::int64_t h = h0; h < h1; ++h) {
-      const T* q = static_cast<const T*>(a.q) + row * width + h * hd;
-      float* out = qf + ((h - h0) * Rows + r) * hd;
-      for (std::int64_t i = 0; i < hd; ++i) {
-        out[i] = static_cast<float>(q[i]);
-      }
+      Convert::to_float(qf + ((h - h0) * Rows + r) * hd,
+                        static_cast<const T*>(a.q) + row * width + h * hd, hd);
     }
   }
   for (std::int64_t h = h0; h < h1; ++h) {
@@ -122,7 +191,7 @@ std::int64_t start_tile(const paged_attention_args& a,
 }
 
 // A tile's end: each row's sums over its weights' total, rounded once to T, into the output.
-template <class T, int Rows>
+template <class T, int Rows, class Convert = scalar_rows>
 void end_tile(const paged_attention_args& a,
               std::int64_t r0,
               std::int64_t rows,
@@ -134,11 +203,8 @@ void end_tile(const paged_attention_args& a,
   const std::int64_t width = a.heads * hd;
   for (std::int64_t h = h0; h < h1; ++h) {
     for (std::int64_t r = 0; r < rows; ++r) {
-      T* o = static_cast<T*>(a.out) + (r0 + r) * width + h * hd;
-      const float* sums = acc + ((h - h0) * Rows + r) * hd;
-      for (std::int64_t i = 0; i < hd; ++i) {
-        o[i] = T(sums[i] / st[h - h0].total[r]);
-      }
+      Convert::quotients(static_cast<T*>(a.out) + (r0 + r) * width + h * hd,
+                         acc + ((h - h0) * Rows + r) * hd, st[h - h0].total[r], hd);
     }
   }
 }
