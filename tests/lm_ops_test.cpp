@@ -400,10 +400,11 @@ TEST_SUITE("ops.lm") {
     // 20 to 48 keys (chunks of 16 and a partial one); query heads over key/value heads 4 over 4
     // (GPT-2's kind), 4 over 2 (one group of heads at once), 6 over 3 (a group and a part, and a
     // row alone split into pieces of heads that start past the first key/value head) and 8 over
-    // 2 (four heads sharing one transposed block); sequence 0's 11 rows are a prompt chunk
-    // (tiles of 8 rows and of 3), then four decode rows of sequences 1 and 0 in turn (rows
-    // alone). COTENSOR_ATTENTION=generic computes tiles and rows alone in plain C++; auto and
-    // avx512, where the CPU has AVX-512 and the head size is a multiple of 16 (not 72), in
+    // 2 (four heads sharing one transposed block), 14 over 2 (Qwen2.5's groups of 7, a row's
+    // heads together) and 16 over 1 (a group in two halves of 8); sequence 0's 11 rows are a
+    // prompt chunk (tiles of 8 rows and of 3), then four decode rows of sequences 1 and 0 in
+    // turn (rows alone). COTENSOR_ATTENTION=generic computes tiles and rows alone in plain C++;
+    // auto and avx512, where the CPU has AVX-512 and the head size is a multiple of 16 (not 72), in
     // registers (cpu/attention_avx512.cpp): the same bits either way, checked against generic.
     std::vector<const char*> kernels{"generic", "auto"};
     if (cpu_has_avx512()) {
@@ -417,8 +418,12 @@ TEST_SUITE("ops.lm") {
       const scoped_environment forced("COTENSOR_ATTENTION", kernel);
       for (const std::int64_t hd : {64, 72, 80}) {
         for (const dtype t : {dtype::float32, dtype::bfloat16, dtype::float16}) {
-          for (const auto& [heads, kv_heads] :
-               {std::pair<std::int64_t, std::int64_t>{4, 4}, {4, 2}, {6, 3}, {8, 2}}) {
+          for (const auto& [heads, kv_heads] : {std::pair<std::int64_t, std::int64_t>{4, 4},
+                                                {4, 2},
+                                                {6, 3},
+                                                {8, 2},
+                                                {14, 2},
+                                                {16, 1}}) {
             CAPTURE(kernel);
             CAPTURE(hd);
             CAPTURE(t);
@@ -436,12 +441,14 @@ TEST_SUITE("ops.lm") {
           }
         }
       }
-      // With one worker a row alone is one piece of all its heads; with three, pieces of two.
-      for (const unsigned workers : {1U, 3U}) {
+      // With one worker a row alone is one piece of all its heads; with three, two pieces (4
+      // heads of 8, 7 of 14); with five, three pieces of 14 (5, 5 and 4 heads: groups split).
+      for (const unsigned workers : {1U, 3U, 5U}) {
         CAPTURE(kernel);
         CAPTURE(workers);
         const runtime rt({.worker_threads = workers});
         check_chunked_attention(64, dtype::bfloat16, 8, 2);
+        check_chunked_attention(64, dtype::bfloat16, 14, 2);
       }
     }
     // Which rows run in registers: AVX-512, a head size a multiple of 16, not float64.

@@ -234,8 +234,8 @@ void paged_attention_typed(const paged_attention_args& a) {
           const attention_item& it = items[static_cast<std::size_t>(w)];
           if (it.rows == 1 && registers) {
             // kr, which the registers' path does not use as such, holds its transposed keys.
-            attend_row_avx512(a, it.row0, it.h0, it.h1, acc.data(), qf.data(), st.data(),
-                              kr.data());
+            attend_row_avx512(a, it.row0, it.h0, it.h1, acc.data(), qf.data(), st.data(), kr.data(),
+                              vr.data());
           } else if (it.rows == 1) {
             attend_tile<T, 1>(a, it.row0, 1, it.h0, it.h1, acc.data(), qf.data(), st.data(),
                               kr.data(), vr.data(), kt.data());

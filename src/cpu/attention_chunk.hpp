@@ -223,9 +223,10 @@ bool attention_rows_avx512(dtype t, std::int64_t head_dim);
 
 // Attention of one query row (a decode step's) over its sequence's cache, heads [h0, h1), in
 // AVX-512 registers: keys transposed and values summed straight from the cache, several heads'
-// scores at once. The same operations, in the same order, as cpu/attention.cpp's tiles: the
-// same bits. `acc` and `qf` hold (h1 - h0) * head_dim floats, `st` h1 - h0 states, `kt`
-// 16 * kv_heads * head_dim floats. Only where attention_rows_avx512 says so.
+// scores at once; where 4 or more query heads share a key/value head, those heads together as
+// a prompt tile's rows. The same operations, in the same order, as cpu/attention.cpp's tiles:
+// the same bits. `acc` and `qf` hold (h1 - h0) * head_dim floats, `st` h1 - h0 states, `kt`
+// and `vr` 16 * kv_heads * head_dim floats each. Only where attention_rows_avx512 says so.
 void attend_row_avx512(const paged_attention_args& a,
                        std::int64_t row,
                        std::int64_t h0,
@@ -233,7 +234,8 @@ void attend_row_avx512(const paged_attention_args& a,
                        float* acc,
                        float* qf,
                        tile_state* st,
-                       float* kt);
+                       float* kt,
+                       float* vr);
 
 // A prompt chunk's tile of rows r0 .. r0 + rows - 1 (rows <= attention_tile, one sequence),
 // heads [h0, h1), in AVX-512 registers: cpu/attention.cpp's attend_tile, the same bits. `acc`
