@@ -170,9 +170,16 @@ bool generator::state::step() {
     if (!any_sample) {
       out.wait();
     } else if (greedy) {
-      // to_vector converts to float32 as astype does, with no op of its own.
+      // to_vector converts to float32 as astype does, with no op of its own. The largest
+      // value is the one at the first largest's index (argmax finds a NaN first, and +inf
+      // is the largest), read with a gather rather than a second pass over the logits.
       const tensor first = argmax(out, 1);
-      const tensor top = cotensor::max(out, 1);
+      std::vector<std::int64_t> starts(logit_rows.size());
+      for (std::size_t r = 0; r < starts.size(); ++r) {
+        starts[r] = static_cast<std::int64_t>(r) * net->vocab;
+      }
+      const tensor at = first + from_vector(std::move(starts), {first.shape()[0]}, d);
+      const tensor top = index_select(reshape(out, {out.numel()}), 0, at);
       firsts = first.to_vector<std::int64_t>();
       largest = top.to_vector<float>();
     } else {
