@@ -96,12 +96,9 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_a
                                                          float* vr,
                                                          float* kt) {
   const std::int64_t hd = a.head_dim;
-  const std::int64_t row_width = a.kv_heads * hd;
   const std::int64_t group = a.heads / a.kv_heads;
-  const auto* kc = static_cast<const T*>(a.k_cache);
-  const auto* vc = static_cast<const T*>(a.v_cache);
+  const sequence_cache<T> cache(a, a.sequence[r0]);
   const auto scale = static_cast<float>(a.scale);
-  const std::int64_t* table = a.block_tables + a.sequence[r0] * a.table_width;
   std::int64_t keys[Rows];
   const std::int64_t most = start_tile<T, Rows>(a, r0, rows, h0, h1, acc, qf, st, keys);
   // The cache rows' span these heads read: key/value heads first_kv .. last_kv.
@@ -115,23 +112,22 @@ COTENSOR_VECTOR_CLONES COTENSOR_FLATTEN void attend_tile(const paged_attention_a
     const std::int64_t n = std::min(key_chunk, most - j0);
     for (std::int64_t c = 0; c < n; ++c) {
       const std::int64_t j = j0 + c;
-      slots[c] = table[j / a.block_size] * a.block_size + j % a.block_size;
+      slots[c] = cache.slot(j);
     }
     // The next chunks' keys and values come from memory while this one is computed (a key's
     // row of these heads is a few cache lines, rows a whole cache row apart: no prefetcher
     // follows that).
     for (std::int64_t j = j0 == 0 ? key_chunk : j0 + prefetch_chunks * key_chunk;
          j < std::min(most, j0 + (prefetch_chunks + 1) * key_chunk); ++j) {
-      const std::int64_t slot = table[j / a.block_size] * a.block_size + j % a.block_size;
-      const std::int64_t at = slot * row_width + first_kv * hd;
-      prefetch(kc + at, span_bytes);
-      prefetch(vc + at, span_bytes);
+      const std::int64_t at = cache.row(j) + first_kv * hd;
+      prefetch(cache.k + at, span_bytes);
+      prefetch(cache.v + at, span_bytes);
     }
     for (std::int64_t c = 0; c < key_chunk; ++c) {
       if (c < n) {
-        const std::int64_t at = slots[c] * row_width + first_kv * hd;
-        to_float(kr + c * span, kc + at, span);
-        to_float(vr + c * span, vc + at, span);
+        const std::int64_t at = slots[c] * cache.row_width + first_kv * hd;
+        to_float(kr + c * span, cache.k + at, span);
+        to_float(vr + c * span, cache.v + at, span);
       } else {
         std::fill(kr + c * span, kr + (c + 1) * span, 0.0F);
       }

@@ -43,79 +43,33 @@ COTENSOR_ATTENTION_TARGET void attend_tile(const paged_attention_args& a,
                                            float* vr) {
   constexpr int tile = static_cast<int>(attention_tile);
   const std::int64_t hd = a.head_dim;
-  const std::int64_t row_width = a.kv_heads * hd;
   const std::int64_t group = a.heads / a.kv_heads;
-  const auto* kc = static_cast<const T*>(a.k_cache);
-  const auto* vc = static_cast<const T*>(a.v_cache);
+  const sequence_cache<T> cache(a, a.sequence[r0]);
   const auto scale = static_cast<float>(a.scale);
-  const std::int64_t* table = a.block_tables + a.sequence[r0] * a.table_width;
   std::int64_t keys[tile];
   const std::int64_t most =
       start_tile<T, tile, vector_rows>(a, r0, rows, h0, h1, acc, qf, st, keys);
   const T* key_rows[key_chunk];
-  const float* value_rows[key_chunk];
-  for (std::int64_t c = 0; c < key_chunk; ++c) {
-    value_rows[c] = vr + c * hd;
-  }
-  float scores[tile][key_chunk];
-  float weights[tile][key_chunk];
   for (std::int64_t j0 = 0; j0 < most; j0 += key_chunk) {
     const std::int64_t n = std::min(key_chunk, most - j0);
     for (std::int64_t c = 0; c < n; ++c) {
-      const std::int64_t j = j0 + c;
-      key_rows[c] = kc + (table[j / a.block_size] * a.block_size + j % a.block_size) * row_width;
+      key_rows[c] = cache.k + cache.row(j0 + c);
     }
-    bool full = rows == tile;
+    std::int64_t m[tile];
     for (int r = 0; r < tile; ++r) {
-      full = full && keys[r] - j0 >= key_chunk;
+      m[r] = std::min(key_chunk, keys[r] - j0);  // keys[r] is 0 past `rows`
     }
     std::int64_t transposed = -1;  // the key/value head whose keys kt and values vr hold
     for (std::int64_t h = h0; h < h1; ++h) {
       const std::int64_t kv = h / group;
       if (kv != transposed) {
         transpose_from_cache(key_rows, n, kv * hd, hd, kt);
-        for (std::int64_t c = 0; c < n; ++c) {
-          const T* v = vc + (key_rows[c] - kc) + kv * hd;
-          for (std::int64_t i = 0; i < hd; i += 16) {
-            _mm512_storeu_ps(vr + c * hd + i, load16(v + i));
-          }
-        }
+        values_to_float(cache, key_rows, n, kv * hd, hd, vr);
         transposed = kv;
       }
-      const float* q = qf + (h - h0) * tile * hd;
-      __m512 s[tile];
-#pragma GCC unroll 8
-      for (auto& x : s) {
-        x = _mm512_setzero_ps();
-      }
-      for (std::int64_t i = 0; i < hd; ++i) {
-        const __m512 k = _mm512_loadu_ps(kt + i * 16);
-#pragma GCC unroll 8
-        for (int r = 0; r < tile; ++r) {
-          s[r] = _mm512_add_ps(s[r], _mm512_mul_ps(_mm512_set1_ps(q[r * hd + i]), k));
-        }
-      }
       tile_state& state = st[h - h0];
-      float* const out = acc + (h - h0) * tile * hd;
-      if (full) {  // every row has the chunk's 16 keys: the rows' weights together
-#pragma GCC unroll 8
-        for (int r = 0; r < tile; ++r) {
-          _mm512_storeu_ps(scores[r], s[r]);
-        }
-        chunk_weights_rows(scores, scale, state.top, state.total, out, hd, weights);
-        add_values_rows(out, weights, vr, hd);
-        continue;
-      }
-      for (int r = 0; r < tile; ++r) {
-        const std::int64_t m = std::min(key_chunk, keys[r] - j0);
-        if (m <= 0) {
-          continue;
-        }
-        _mm512_storeu_ps(scores[r], s[r]);
-        chunk_weights(scores[r], m, scale, state.top[r], state.total[r], out + r * hd, hd,
-                      weights[r]);
-        add_values(out + r * hd, weights[r], m, value_rows, 0, hd);
-      }
+      chunk_rows(qf + (h - h0) * tile * hd, kt, vr, m, scale, state.top, state.total,
+                 acc + (h - h0) * tile * hd, hd);
     }
   }
   end_tile<T, tile, vector_rows>(a, r0, rows, h0, h1, acc, st);

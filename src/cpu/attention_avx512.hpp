@@ -202,6 +202,77 @@ COTENSOR_ATTENTION_TARGET void add_values_rows(float* out,
   }
 }
 
+// vr[c * hd + i] = float(value c's element at + i), for the n keys whose places in the key
+// cache are key_rows (a key's value lies at the same offset in the value cache).
+template <class T>
+COTENSOR_ATTENTION_TARGET void values_to_float(const sequence_cache<T>& cache,
+                                               const T* const (&key_rows)[key_chunk],
+                                               std::int64_t n,
+                                               std::int64_t at,
+                                               std::int64_t hd,
+                                               float* vr) {
+  for (std::int64_t c = 0; c < n; ++c) {
+    const T* v = cache.v + (key_rows[c] - cache.k) + at;
+    for (std::int64_t i = 0; i < hd; i += 16) {
+      _mm512_storeu_ps(vr + c * hd + i, load16(v + i));
+    }
+  }
+}
+
+// One chunk for Rows rows that read the same keys and values (a tile's rows of a head, or a
+// decode row's query heads of a key/value head): their queries q (Rows rows of hd floats),
+// the chunk's transposed keys kt and float values vr; row r sees the chunk's first m[r] keys
+// (none when m[r] <= 0). The scores are Rows chains of adds side by side; when every row sees
+// all 16 keys their weights and values go together (chunk_weights_rows, add_values_rows), else
+// row by row (chunk_weights, add_values): the same operations either way. Row r's state is
+// top[r] and total[r], its sums out + r * hd.
+template <int Rows>
+COTENSOR_ATTENTION_TARGET void chunk_rows(const float* q,
+                                          const float* kt,
+                                          const float* vr,
+                                          const std::int64_t (&m)[Rows],
+                                          float scale,
+                                          float* top,
+                                          float* total,
+                                          float* out,
+                                          std::int64_t hd) {
+  __m512 s[Rows];
+#pragma GCC unroll 8
+  for (auto& x : s) {
+    x = _mm512_setzero_ps();
+  }
+  for (std::int64_t i = 0; i < hd; ++i) {
+    const __m512 k = _mm512_loadu_ps(kt + i * 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < Rows; ++r) {
+      s[r] = _mm512_add_ps(s[r], _mm512_mul_ps(_mm512_set1_ps(q[r * hd + i]), k));
+    }
+  }
+  float scores[Rows][key_chunk];
+  float weights[Rows][key_chunk];
+  bool full = true;
+#pragma GCC unroll 8
+  for (int r = 0; r < Rows; ++r) {
+    _mm512_storeu_ps(scores[r], s[r]);
+    full = full && m[r] == key_chunk;
+  }
+  if (full) {
+    chunk_weights_rows(scores, scale, top, total, out, hd, weights);
+    add_values_rows(out, weights, vr, hd);
+    return;
+  }
+  const float* value_rows[key_chunk];
+  for (std::int64_t c = 0; c < key_chunk; ++c) {
+    value_rows[c] = vr + c * hd;
+  }
+  for (int r = 0; r < Rows; ++r) {
+    if (m[r] > 0) {
+      chunk_weights(scores[r], m[r], scale, top[r], total[r], out + r * hd, hd, weights[r]);
+      add_values(out + r * hd, weights[r], m[r], value_rows, 0, hd);
+    }
+  }
+}
+
 }  // namespace attention_registers
 #endif
 

@@ -28,6 +28,27 @@ inline void prefetch(const void* p, std::int64_t bytes) {
   }
 }
 
+// Where one sequence's keys and values lie in the paged caches of element type T: key j's row
+// (kv_heads * head_dim elements, every key/value head's) starts row(j) elements into either
+// cache, in cache slot slot(j).
+template <class T>
+struct sequence_cache {
+  const T* k;
+  const T* v;
+  const std::int64_t* table;
+  std::int64_t block_size;
+  std::int64_t row_width;
+
+  sequence_cache(const paged_attention_args& a, std::int64_t sequence)
+      : k(static_cast<const T*>(a.k_cache)), v(static_cast<const T*>(a.v_cache)),
+        table(a.block_tables + sequence * a.table_width), block_size(a.block_size),
+        row_width(a.kv_heads * a.head_dim) {}
+  std::int64_t slot(std::int64_t j) const {
+    return table[j / block_size] * block_size + j % block_size;
+  }
+  std::int64_t row(std::int64_t j) const { return slot(j) * row_width; }
+};
+
 // A tile's rows' running maximum of the scores and sum of the weights, per head.
 struct tile_state {
   float top[attention_tile];

@@ -16,7 +16,10 @@
 #include "support/assert.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <limits>
+#include <utility>
 
 namespace cotensor::detail::cpu {
 
@@ -39,17 +42,13 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
                                           tile_state* st,
                                           float* kt) {
   const std::int64_t hd = a.head_dim;
-  const std::int64_t row_width = a.kv_heads * hd;
   const std::int64_t width = a.heads * hd;
   const std::int64_t group = a.heads / a.kv_heads;
-  const auto* kc = static_cast<const T*>(a.k_cache);
-  const auto* vc = static_cast<const T*>(a.v_cache);
+  const sequence_cache<T> cache(a, a.sequence[row]);
+  const auto* kc = cache.k;
+  const auto* vc = cache.v;
   const auto scale = static_cast<float>(a.scale);
-  const std::int64_t* table = a.block_tables + a.sequence[row] * a.table_width;
   const std::int64_t keys = a.context[row];
-  const auto cache_row = [&](std::int64_t j) {  // key j's row in the caches
-    return (table[j / a.block_size] * a.block_size + j % a.block_size) * row_width;
-  };
   for (std::int64_t h = h0; h < h1; ++h) {
     vector_rows::to_float(qf + (h - h0) * hd, static_cast<const T*>(a.q) + row * width + h * hd,
                           hd);
@@ -66,8 +65,8 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
   for (std::int64_t j0 = 0; j0 < keys; j0 += key_chunk) {
     const std::int64_t n = std::min(key_chunk, keys - j0);
     for (std::int64_t c = 0; c < n; ++c) {
-      key_rows[c] = kc + cache_row(j0 + c);
-      value_rows[c] = vc + cache_row(j0 + c);
+      key_rows[c] = kc + cache.row(j0 + c);
+      value_rows[c] = vc + cache.row(j0 + c);
     }
     // The next chunk's keys and values, asked of memory a key/value head at a time, its keys as
     // this chunk's are transposed and its values as this chunk's are summed: each head reads a
@@ -81,7 +80,7 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
     const std::int64_t ahead = std::max<std::int64_t>(0, std::min(key_chunk, keys - ahead0));
     std::int64_t ahead_at[key_chunk];
     for (std::int64_t c = 0; c < ahead; ++c) {
-      ahead_at[c] = cache_row(ahead0 + c);
+      ahead_at[c] = cache.row(ahead0 + c);
     }
     std::int64_t transposed = first_kv - 1;  // the last key/value head transposed this chunk
     for (std::int64_t hg = h0; hg < h1; hg += heads_at_once) {
@@ -136,10 +135,9 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
 // One row's query heads that share key/value head `kv` (G of them, their queries in float at
 // qf, G rows of head_dim; their sums at out, their states in top and total), over the row's
 // keys: a prompt tile's arithmetic (attend_tile) with the heads as its rows. Each chunk's keys
-// of the head are transposed and its values converted once for the G heads, whose scores are G
-// chains side by side, whose weights come together and whose values are summed together when
-// the chunk holds 16 keys (chunk_weights and add_values a head at a time for the last, partial
-// chunk): each head's operations are attend_row's, in the same order — the same bits.
+// of the head are transposed and its values converted once for the G heads (chunk_rows: their
+// scores G chains side by side, their weights and values together when the chunk holds 16
+// keys): each head's operations are attend_row's, in the same order — the same bits.
 template <class T, int G>
 COTENSOR_ATTENTION_TARGET void attend_heads(const paged_attention_args& a,
                                             std::int64_t row,
@@ -151,71 +149,43 @@ COTENSOR_ATTENTION_TARGET void attend_heads(const paged_attention_args& a,
                                             float* kt,
                                             float* vr) {
   const std::int64_t hd = a.head_dim;
-  const std::int64_t row_width = a.kv_heads * hd;
-  const auto* kc = static_cast<const T*>(a.k_cache);
-  const auto* vc = static_cast<const T*>(a.v_cache);
+  const sequence_cache<T> cache(a, a.sequence[row]);
   const auto scale = static_cast<float>(a.scale);
-  const std::int64_t* table = a.block_tables + a.sequence[row] * a.table_width;
   const std::int64_t keys = a.context[row];
-  const auto cache_row = [&](std::int64_t j) {  // key j's row in the caches
-    return (table[j / a.block_size] * a.block_size + j % a.block_size) * row_width;
-  };
   const std::int64_t head_bytes = hd * static_cast<std::int64_t>(sizeof(T));
   const T* key_rows[key_chunk];
-  const float* value_rows[key_chunk];
-  for (std::int64_t c = 0; c < key_chunk; ++c) {
-    value_rows[c] = vr + c * hd;
-  }
-  float scores[G][key_chunk];
-  float weights[G][key_chunk];
   for (std::int64_t j0 = 0; j0 < keys; j0 += key_chunk) {
     const std::int64_t n = std::min(key_chunk, keys - j0);
     for (std::int64_t c = 0; c < n; ++c) {
-      key_rows[c] = kc + cache_row(j0 + c) + kv * hd;
+      key_rows[c] = cache.k + cache.row(j0 + c) + kv * hd;
     }
     // The next chunk's keys and values of this head, from memory while this one is computed.
     for (std::int64_t j = j0 + key_chunk; j < std::min(keys, j0 + 2 * key_chunk); ++j) {
-      prefetch(kc + cache_row(j) + kv * hd, head_bytes);
-      prefetch(vc + cache_row(j) + kv * hd, head_bytes);
+      prefetch(cache.k + cache.row(j) + kv * hd, head_bytes);
+      prefetch(cache.v + cache.row(j) + kv * hd, head_bytes);
     }
     transpose_from_cache(key_rows, n, 0, hd, kt);
-    for (std::int64_t c = 0; c < n; ++c) {
-      const T* v = vc + (key_rows[c] - kc);
-      for (std::int64_t i = 0; i < hd; i += 16) {
-        _mm512_storeu_ps(vr + c * hd + i, load16(v + i));
-      }
-    }
-    __m512 s[G];
-#pragma GCC unroll 8
-    for (auto& x : s) {
-      x = _mm512_setzero_ps();
-    }
-    for (std::int64_t i = 0; i < hd; ++i) {
-      const __m512 k = _mm512_loadu_ps(kt + i * 16);
-#pragma GCC unroll 8
-      for (int g = 0; g < G; ++g) {
-        s[g] = _mm512_add_ps(s[g], _mm512_mul_ps(_mm512_set1_ps(qf[g * hd + i]), k));
-      }
-    }
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) {
-      _mm512_storeu_ps(scores[g], s[g]);
-    }
-    if (n == key_chunk) {
-      chunk_weights_rows(scores, scale, top, total, out, hd, weights);
-      add_values_rows(out, weights, vr, hd);
-      continue;
-    }
-    for (int g = 0; g < G; ++g) {
-      chunk_weights(scores[g], n, scale, top[g], total[g], out + g * hd, hd, weights[g]);
-      add_values(out + g * hd, weights[g], n, value_rows, 0, hd);
-    }
+    values_to_float(cache, key_rows, n, 0, hd, vr);
+    std::int64_t m[G];
+    std::fill(m, m + G, n);
+    chunk_rows(qf, kt, vr, m, scale, top, total, out, hd);
   }
+}
+
+// The most query heads of a key/value head attend_heads takes at once (a group of more, as 16
+// heads over 1, goes in parts).
+constexpr int heads_together = 8;
+
+// attend_heads<T, G> for G = 1 .. heads_together, by G - 1.
+template <class T, std::size_t... I>
+constexpr auto heads_kernels(std::index_sequence<I...> /*counts*/) {
+  return std::array{&attend_heads<T, static_cast<int>(I) + 1>...};
 }
 
 // attend_row for models whose query heads share key/value heads in groups of 4 or more
 // (Qwen2.5-0.5B's 7, Llama 3's 4): key/value head by key/value head, its query heads among
-// [h0, h1) together, 8 at most at once (attend_heads). `kt` and `vr` hold 16 * head_dim floats.
+// [h0, h1) together, heads_together at most at once (attend_heads). `kt` and `vr` hold 16 *
+// head_dim floats.
 template <class T>
 COTENSOR_ATTENTION_TARGET void attend_row_grouped(const paged_attention_args& a,
                                                   std::int64_t row,
@@ -235,39 +205,14 @@ COTENSOR_ATTENTION_TARGET void attend_row_grouped(const paged_attention_args& a,
   std::fill(acc, acc + (h1 - h0) * hd, 0.0F);
   for (std::int64_t hs = h0; hs < h1;) {
     const std::int64_t kv = hs / group;
-    const std::int64_t he = std::min({h1, (kv + 1) * group, hs + 8});
-    float top[8];
-    float total[8];
-    std::fill(top, top + 8, -std::numeric_limits<float>::infinity());
-    std::fill(total, total + 8, 0.0F);
-    const float* q = qf + (hs - h0) * hd;
-    float* out = acc + (hs - h0) * hd;
-    switch (he - hs) {
-    case 1:
-      attend_heads<T, 1>(a, row, kv, q, out, top, total, kt, vr);
-      break;
-    case 2:
-      attend_heads<T, 2>(a, row, kv, q, out, top, total, kt, vr);
-      break;
-    case 3:
-      attend_heads<T, 3>(a, row, kv, q, out, top, total, kt, vr);
-      break;
-    case 4:
-      attend_heads<T, 4>(a, row, kv, q, out, top, total, kt, vr);
-      break;
-    case 5:
-      attend_heads<T, 5>(a, row, kv, q, out, top, total, kt, vr);
-      break;
-    case 6:
-      attend_heads<T, 6>(a, row, kv, q, out, top, total, kt, vr);
-      break;
-    case 7:
-      attend_heads<T, 7>(a, row, kv, q, out, top, total, kt, vr);
-      break;
-    default:
-      attend_heads<T, 8>(a, row, kv, q, out, top, total, kt, vr);
-      break;
-    }
+    const std::int64_t he = std::min({h1, (kv + 1) * group, hs + heads_together});
+    float top[heads_together];
+    float total[heads_together];
+    std::fill(top, top + heads_together, -std::numeric_limits<float>::infinity());
+    std::fill(total, total + heads_together, 0.0F);
+    static constexpr auto kernels = heads_kernels<T>(std::make_index_sequence<heads_together>{});
+    kernels[static_cast<std::size_t>(he - hs - 1)](a, row, kv, qf + (hs - h0) * hd,
+                                                   acc + (hs - h0) * hd, top, total, kt, vr);
     for (std::int64_t h = hs; h < he; ++h) {
       vector_rows::quotients(static_cast<T*>(a.out) + row * width + h * hd, acc + (h - h0) * hd,
                              total[h - hs], hd);
