@@ -286,7 +286,7 @@ TEST_SUITE("lm.generate") {
                     std::invalid_argument);
   }
 
-  TEST_CASE("max_waiting: past it submit throws length_error; a cancelled sequence frees its "
+  TEST_CASE("max_waiting: past it submit throws length_error, and a cancelled sequence frees its "
             "place at once") {
     const model m = model::load(data / "gpt2-tiny");
     generator g(m, {.max_running = 1, .max_waiting = 1, .max_unread = 1});
