@@ -127,15 +127,10 @@ void attend_tile_avx512([[maybe_unused]] const paged_attention_args& a,
                         [[maybe_unused]] float* kt,
                         [[maybe_unused]] float* vr) {
 #if COTENSOR_ATTENTION_AVX512
-  switch (a.t) {
-  case dtype::float32:
-    return attend_tile<float>(a, r0, rows, h0, h1, acc, qf, st, kt, vr);
-  case dtype::bfloat16:
-    return attend_tile<bfloat16_t>(a, r0, rows, h0, h1, acc, qf, st, kt, vr);
-  case dtype::float16:
-    return attend_tile<float16_t>(a, r0, rows, h0, h1, acc, qf, st, kt, vr);
-  default:
-    break;
+  if (visit_register_type(a.t, [&](auto tag) {
+        attend_tile<decltype(tag)>(a, r0, rows, h0, h1, acc, qf, st, kt, vr);
+      })) {
+    return;
   }
 #endif
   COTENSOR_ASSERT(false && "attend_tile_avx512 where attention_rows_avx512 says no");

@@ -273,6 +273,25 @@ COTENSOR_ATTENTION_TARGET void chunk_rows(const float* q,
   }
 }
 
+// f(T{}) for the element types the registers' kernels take (float32, bfloat16, float16);
+// false for any other (attention_rows_avx512 never picks them).
+template <class F>
+bool visit_register_type(dtype t, F&& f) {
+  switch (t) {
+  case dtype::float32:
+    f(float{});
+    return true;
+  case dtype::bfloat16:
+    f(bfloat16_t{});
+    return true;
+  case dtype::float16:
+    f(float16_t{});
+    return true;
+  default:
+    return false;
+  }
+}
+
 }  // namespace attention_registers
 #endif
 

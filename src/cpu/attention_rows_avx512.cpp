@@ -32,6 +32,8 @@ using namespace attention_registers;
 // four keep the adders busy.
 constexpr int heads_at_once = 4;
 
+// A decode row's sums for heads [h0, h1), their queries in float at qf and states in st:
+// chunk by chunk, every head inside, heads_at_once heads' scores side by side.
 template <class T>
 COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
                                           std::int64_t row,
@@ -42,20 +44,12 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
                                           tile_state* st,
                                           float* kt) {
   const std::int64_t hd = a.head_dim;
-  const std::int64_t width = a.heads * hd;
   const std::int64_t group = a.heads / a.kv_heads;
   const sequence_cache<T> cache(a, a.sequence[row]);
   const auto* kc = cache.k;
   const auto* vc = cache.v;
   const auto scale = static_cast<float>(a.scale);
   const std::int64_t keys = a.context[row];
-  for (std::int64_t h = h0; h < h1; ++h) {
-    vector_rows::to_float(qf + (h - h0) * hd, static_cast<const T*>(a.q) + row * width + h * hd,
-                          hd);
-    st[h - h0].top[0] = -std::numeric_limits<float>::infinity();
-    st[h - h0].total[0] = 0.0F;
-  }
-  std::fill(acc, acc + (h1 - h0) * hd, 0.0F);
   const std::int64_t first_kv = h0 / group;
   const std::int64_t head_bytes = hd * static_cast<std::int64_t>(sizeof(T));
   const T* key_rows[key_chunk];
@@ -126,10 +120,6 @@ COTENSOR_ATTENTION_TARGET void attend_row(const paged_attention_args& a,
       }
     }
   }
-  for (std::int64_t h = h0; h < h1; ++h) {
-    vector_rows::quotients(static_cast<T*>(a.out) + row * width + h * hd, acc + (h - h0) * hd,
-                           st[h - h0].total[0], hd);
-  }
 }
 
 // One row's query heads that share key/value head `kv` (G of them, their queries in float at
@@ -184,25 +174,20 @@ constexpr auto heads_kernels(std::index_sequence<I...> /*counts*/) {
 
 // attend_row for models whose query heads share key/value heads in groups of 4 or more
 // (Qwen2.5-0.5B's 7, Llama 3's 4): key/value head by key/value head, its query heads among
-// [h0, h1) together, heads_together at most at once (attend_heads). `kt` and `vr` hold 16 *
-// head_dim floats.
+// [h0, h1) together, heads_together at most at once (attend_heads), each head's total then in
+// its state. `kt` and `vr` hold 16 * head_dim floats.
 template <class T>
 COTENSOR_ATTENTION_TARGET void attend_row_grouped(const paged_attention_args& a,
                                                   std::int64_t row,
                                                   std::int64_t h0,
                                                   std::int64_t h1,
                                                   float* acc,
-                                                  float* qf,
+                                                  const float* qf,
+                                                  tile_state* st,
                                                   float* kt,
                                                   float* vr) {
   const std::int64_t hd = a.head_dim;
-  const std::int64_t width = a.heads * hd;
   const std::int64_t group = a.heads / a.kv_heads;
-  for (std::int64_t h = h0; h < h1; ++h) {
-    vector_rows::to_float(qf + (h - h0) * hd, static_cast<const T*>(a.q) + row * width + h * hd,
-                          hd);
-  }
-  std::fill(acc, acc + (h1 - h0) * hd, 0.0F);
   for (std::int64_t hs = h0; hs < h1;) {
     const std::int64_t kv = hs / group;
     const std::int64_t he = std::min({h1, (kv + 1) * group, hs + heads_together});
@@ -214,10 +199,42 @@ COTENSOR_ATTENTION_TARGET void attend_row_grouped(const paged_attention_args& a,
     kernels[static_cast<std::size_t>(he - hs - 1)](a, row, kv, qf + (hs - h0) * hd,
                                                    acc + (hs - h0) * hd, top, total, kt, vr);
     for (std::int64_t h = hs; h < he; ++h) {
-      vector_rows::quotients(static_cast<T*>(a.out) + row * width + h * hd, acc + (h - h0) * hd,
-                             total[h - hs], hd);
+      st[h - h0].total[0] = total[h - hs];
     }
     hs = he;
+  }
+}
+
+// A decode row: its queries of heads [h0, h1) in float and their states reset, the heads'
+// sums by attend_row or, where 4 or more query heads share a key/value head, by
+// attend_row_grouped, then each head's sums over its total, rounded once to T, into the output.
+template <class T>
+COTENSOR_ATTENTION_TARGET void attend_decode_row(const paged_attention_args& a,
+                                                 std::int64_t row,
+                                                 std::int64_t h0,
+                                                 std::int64_t h1,
+                                                 float* acc,
+                                                 float* qf,
+                                                 tile_state* st,
+                                                 float* kt,
+                                                 float* vr) {
+  const std::int64_t hd = a.head_dim;
+  const std::int64_t width = a.heads * hd;
+  for (std::int64_t h = h0; h < h1; ++h) {
+    vector_rows::to_float(qf + (h - h0) * hd, static_cast<const T*>(a.q) + row * width + h * hd,
+                          hd);
+    st[h - h0].top[0] = -std::numeric_limits<float>::infinity();
+    st[h - h0].total[0] = 0.0F;
+  }
+  std::fill(acc, acc + (h1 - h0) * hd, 0.0F);
+  if (a.heads / a.kv_heads >= 4) {
+    attend_row_grouped<T>(a, row, h0, h1, acc, qf, st, kt, vr);
+  } else {
+    attend_row<T>(a, row, h0, h1, acc, qf, st, kt);
+  }
+  for (std::int64_t h = h0; h < h1; ++h) {
+    vector_rows::quotients(static_cast<T*>(a.out) + row * width + h * hd, acc + (h - h0) * hd,
+                           st[h - h0].total[0], hd);
   }
 }
 
@@ -234,19 +251,10 @@ void attend_row_avx512([[maybe_unused]] const paged_attention_args& a,
                        [[maybe_unused]] float* kt,
                        [[maybe_unused]] float* vr) {
 #if COTENSOR_ATTENTION_AVX512
-  const bool grouped = a.heads / a.kv_heads >= 4;
-  switch (a.t) {
-  case dtype::float32:
-    return grouped ? attend_row_grouped<float>(a, row, h0, h1, acc, qf, kt, vr)
-                   : attend_row<float>(a, row, h0, h1, acc, qf, st, kt);
-  case dtype::bfloat16:
-    return grouped ? attend_row_grouped<bfloat16_t>(a, row, h0, h1, acc, qf, kt, vr)
-                   : attend_row<bfloat16_t>(a, row, h0, h1, acc, qf, st, kt);
-  case dtype::float16:
-    return grouped ? attend_row_grouped<float16_t>(a, row, h0, h1, acc, qf, kt, vr)
-                   : attend_row<float16_t>(a, row, h0, h1, acc, qf, st, kt);
-  default:
-    break;
+  if (visit_register_type(a.t, [&](auto tag) {
+        attend_decode_row<decltype(tag)>(a, row, h0, h1, acc, qf, st, kt, vr);
+      })) {
+    return;
   }
 #endif
   COTENSOR_ASSERT(false && "attend_row_avx512 where attention_rows_avx512 says no");
