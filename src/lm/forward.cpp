@@ -132,31 +132,43 @@ tensor model::impl::step(const step_inputs& in, const kv_cache& cache) const {
     return paged_attention(q, cache.keys[layer], cache.values[layer], in.block_tables, in.sequence,
                            in.context, scale);
   };
+  // Past the last layer's attention only the rows whose logits the step returns are needed: the
+  // layer's output projection and MLP, the final norm and the head take just those rows (for a
+  // step of prompt chunks, most of one layer's products), as llama.cpp's last layer does. A step
+  // whose every row is sampled (decode only: logit_rows is 0, 1, ..., t - 1) selects none. The
+  // ops after the selection work row by row, with the same bits whatever the other rows.
+  const bool every_row = in.logit_rows.shape()[0] == in.ids.shape()[0];
+  const auto last_rows = [&](std::size_t layer, std::size_t layers, const tensor& x) {
+    return layer + 1 < layers || every_row ? x : index_select(x, 0, in.logit_rows);
+  };
   tensor h = index_select(embed, 0, in.ids);
   if (kind == family::gpt2) {
     const std::int64_t d = width;
+    const std::size_t layers = gpt2_blocks.size();
     h = h + index_select(wpe, 0, in.positions);
-    for (std::size_t l = 0; l < gpt2_blocks.size(); ++l) {
+    for (std::size_t l = 0; l < layers; ++l) {
       const gpt2_block& b = gpt2_blocks[l];
       const tensor qkv = matmul(layer_norm(h, b.ln1_w, b.ln1_b, eps), b.attn_w, b.attn_b);
-      const tensor a = attend_cached(l, qkv, d, d, nullptr);
-      h = h + matmul(a, b.attn_proj_w, b.attn_proj_b);
+      const tensor a = last_rows(l, layers, attend_cached(l, qkv, d, d, nullptr));
+      h = last_rows(l, layers, h) + matmul(a, b.attn_proj_w, b.attn_proj_b);
       const tensor m = layer_norm(h, b.ln2_w, b.ln2_b, eps);
       h = h + matmul(gelu(matmul(m, b.fc_w, b.fc_b), true), b.mlp_proj_w, b.mlp_proj_b);
     }
-    h = layer_norm(index_select(h, 0, in.logit_rows), norm_w, norm_b, eps);
+    h = layer_norm(h, norm_w, norm_b, eps);
   } else {
     const std::int64_t q_out = heads * hd;
     const std::int64_t kv_out = kv_heads * hd;
+    const std::size_t layers = llama_blocks.size();
     const detail::split_rotary rotary{in.positions, hd, rope_theta};
-    for (std::size_t l = 0; l < llama_blocks.size(); ++l) {
+    for (std::size_t l = 0; l < layers; ++l) {
       const llama_block& b = llama_blocks[l];
       const tensor qkv = matmul(cotensor::rms_norm(h, b.in_norm, eps), b.qkv_w, b.qkv_b);
-      h = h + matmul(attend_cached(l, qkv, q_out, kv_out, &rotary), b.o_w);
+      const tensor a = last_rows(l, layers, attend_cached(l, qkv, q_out, kv_out, &rotary));
+      h = last_rows(l, layers, h) + matmul(a, b.o_w);
       const tensor m = cotensor::rms_norm(h, b.post_norm, eps);
       h = h + matmul(silu_and_mul(matmul(m, b.gate_up_w)), b.down_w);
     }
-    h = cotensor::rms_norm(index_select(h, 0, in.logit_rows), norm_w, eps);
+    h = cotensor::rms_norm(h, norm_w, eps);
   }
   return matmul(h, head);
 }
