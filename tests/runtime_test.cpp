@@ -399,6 +399,38 @@ TEST_SUITE("runtime") {
     CHECK(after.live_ops == 0);
   }
 
+  TEST_CASE("destroying a runtime waits for another runtime's worker still handing it an op" *
+            doctest::timeout(60)) {
+    // An op of a scoped runtime reads a tensor that an op of the default runtime writes: the
+    // default runtime's worker that ends the writer hands the reader to the scoped runtime's
+    // backend. The reader runs and its wait ends while that worker is still inside the hand-off
+    // (delay_dispatch holds it there, as a preemption inside oneTBB's enqueue would): the scoped
+    // runtime's destructor must not shut its backend down, nor free it, before the worker has
+    // left.
+    namespace faults = cotensor::detail::faults;
+    wait_all();
+    const std::uint64_t ended = faults::delayed_dispatches_ended();
+    test::gate gate;
+    const auto held = gate.future();
+    const auto written = map(ones({16}), [held](float v) {  // on the default runtime's worker
+      held.wait();
+      return 2.0F * v;
+    });
+    {
+      // Workers of its own: oneTBB's threads are shared by the arenas (threads past the
+      // default runtime's), so the reader runs while the other runtime's worker is held.
+      runtime rt({.worker_threads = 4, .inline_small_ops = false});
+      faults::delay_dispatch(1, 300ms);     // the reader's hand-off ends 300 ms after it is queued
+      const auto read = written * written;  // on rt; ready when the writer ends
+      gate.open();
+      CHECK(read.to_vector() == std::vector<float>(16, 4.0F));
+      CHECK(faults::delayed_dispatches_ended() == ended);  // the worker is still handing it over
+    }  // waits for the worker to leave rt's dispatch
+    CHECK(faults::delayed_dispatches_ended() == ended + 1);
+    faults::reset();
+    wait_all();
+  }
+
   TEST_CASE("a wait raced by the runtime's destruction completes, then nothing is left" *
             doctest::timeout(60)) {
     // Coroutines await ops that are still in flight when their runtime is destroyed: the

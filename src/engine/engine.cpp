@@ -2,6 +2,7 @@
 
 #include "cotensor/error.hpp"
 
+#include "engine/faults.hpp"
 #include "engine/nvtx.hpp"
 #include "engine/observer.hpp"
 #include "support/assert.hpp"
@@ -53,7 +54,7 @@ engine::~engine() {
   blocking_waiter all;
   tracker_->wait(all);
   all.wait();
-  while (handoffs_.load(std::memory_order_acquire) != 0) {  // a completion still handing off
+  while (handoffs_.load(std::memory_order_acquire) != 0) {  // a thread still handing an op over
     std::this_thread::yield();
   }
   for (auto& b : owned_backends_) {
@@ -157,9 +158,20 @@ void engine::dispatch(op_node* op) {
   backend& b = backend_for(op->device.type);
   if (options_.synchronous) {
     b.execute(op);
-  } else {
-    b.submit(op);
+    return;
   }
+  // The thread that met the op's last dependency may be none of this backend's: a worker of
+  // another runtime whose op wrote what this one reads, a completion's thread. The op may run,
+  // retire and the last wait end while that thread is still inside submit (oneTBB's enqueue
+  // advertises the task after queueing it, holding no reference on the arena): the destructor
+  // waits for this call to leave the backend before shutting it down, as for submit_retire.
+  const bool delayed = faults::enabled() && faults::delays_dispatch(*op);
+  handoffs_.fetch_add(1, std::memory_order_acq_rel);
+  b.submit(op);
+  if (delayed) [[unlikely]] {
+    faults::end_delayed_dispatch();  // `op` may be gone: the fault was read before submit
+  }
+  handoffs_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void engine::run(op_node* op) noexcept {

@@ -106,7 +106,7 @@ private:
   std::atomic<std::uint64_t> issued_{0};
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::uint64_t> ran_now_{0};  // issued and completed by run_now
-  std::atomic<std::int32_t> handoffs_{0};  // completions inside backend::submit_retire
+  std::atomic<std::int32_t> handoffs_{0};  // threads inside backend::submit or submit_retire
 
   bool run_now_enabled_ = false;  // run_now may run ops: set once, by the constructor
 

@@ -16,7 +16,7 @@ namespace cotensor::detail::faults {
 
 namespace {
 
-enum class op_fault : std::uint8_t { none, fail, delay };
+enum class op_fault : std::uint8_t { none, fail, delay, delay_dispatch };
 
 // One armed fault: fires on the `at`-th event (op push or allocation) counted from the start.
 struct target {
@@ -33,8 +33,10 @@ struct state {
   std::vector<target> allocs;
   std::vector<target> cuda;
   std::chrono::microseconds delay{0};
-  std::vector<std::uint64_t> failing;  // observer numbers of pushed ops to fail
-  std::vector<std::uint64_t> delayed;  // ... and to delay
+  std::chrono::microseconds dispatch_delay{0};
+  std::vector<std::uint64_t> failing;     // observer numbers of pushed ops to fail
+  std::vector<std::uint64_t> delayed;     // ... to delay
+  std::vector<std::uint64_t> dispatched;  // ... and whose hand-off to their backend to delay
 
   // While anything is armed, the observer counts pushes (and keeps the inline path off, so
   // that every op is pushed and allocates its node).
@@ -86,7 +88,7 @@ std::shared_ptr<fault_observer> observer() {
 }
 
 void state::update_armed() {
-  const bool now = !ops.empty() || !allocs.empty() || !cuda.empty();
+  const bool now = !ops.empty() || !allocs.empty() || !cuda.empty() || !dispatched.empty();
   if (now == fault_hooks::enabled()) {
     return;
   }
@@ -121,6 +123,9 @@ void fault_observer::on_push(const op_node& op) noexcept {
       break;
     case op_fault::delay:
       s.delayed.push_back(op.seq);
+      break;
+    case op_fault::delay_dispatch:
+      s.dispatched.push_back(op.seq);
       break;
     case op_fault::none:
       break;
@@ -162,12 +167,54 @@ void delay_op(std::uint64_t nth, std::chrono::microseconds delay) {
   s.update_armed();
 }
 
+void delay_dispatch(std::uint64_t nth, std::chrono::microseconds delay) {
+  auto& s = global();
+  std::lock_guard lock(s.mutex);
+  s.ops.push_back({s.pushes + nth, op_fault::delay_dispatch});
+  s.dispatch_delay = delay;
+  s.update_armed();
+}
+
+namespace {
+std::atomic<std::uint64_t> dispatch_delays_ended{0};
+}  // namespace
+
+std::uint64_t delayed_dispatches_ended() noexcept {
+  return dispatch_delays_ended.load(std::memory_order_acquire);
+}
+
+bool delays_dispatch(const op_node& op) noexcept {
+  auto& s = global();
+  std::lock_guard lock(s.mutex);
+  if (!take_seq(s.dispatched, op.seq)) {
+    return false;
+  }
+  try {
+    s.update_armed();
+  } catch (...) {
+    // Out of memory detaching the observer: it stays attached until reset.
+  }
+  return true;
+}
+
+void end_delayed_dispatch() noexcept {
+  std::chrono::microseconds delay{0};
+  {
+    auto& s = global();
+    std::lock_guard lock(s.mutex);
+    delay = s.dispatch_delay;
+  }
+  std::this_thread::sleep_for(delay);
+  dispatch_delays_ended.fetch_add(1, std::memory_order_release);
+}
+
 void reset() noexcept {
   auto& s = global();
   std::lock_guard lock(s.mutex);
   s.ops.clear();
   s.allocs.clear();
   s.cuda.clear();
+  s.dispatched.clear();
   s.update_armed();
 }
 
