@@ -417,10 +417,8 @@ TEST_SUITE("runtime") {
       return 2.0F * v;
     });
     {
-      // Workers of its own: oneTBB's threads are shared by the arenas (threads past the
-      // default runtime's), so the reader runs while the other runtime's worker is held.
-      runtime rt({.worker_threads = 4, .inline_small_ops = false});
-      faults::delay_dispatch(1, 300ms);     // the reader's hand-off ends 300 ms after it is queued
+      runtime rt({.worker_threads = 1, .inline_small_ops = false});
+      faults::delay_dispatch(1, 1s);        // the reader's hand-off ends 1 s after it is queued
       const auto read = written * written;  // on rt; ready when the writer ends
       gate.open();
       CHECK(read.to_vector() == std::vector<float>(16, 4.0F));
