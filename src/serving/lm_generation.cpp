@@ -78,10 +78,12 @@ std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::str
 
 void read_sampling(const json::object& o, generation_request& r, bool chat) {
   auto& p = r.params;
-  std::string_view max_name = "max_tokens";
+  // Chat's max_completion_tokens, which OpenAI's chat API has in place of the deprecated
+  // max_tokens, wins where both are given (as in vLLM).
+  std::string_view max_name = chat ? "max_completion_tokens" : "max_tokens";
   const json::value* max_tokens = field(o, max_name);
   if (chat && max_tokens == nullptr) {
-    max_name = "max_completion_tokens";
+    max_name = "max_tokens";
     max_tokens = field(o, max_name);
   }
   if (max_tokens != nullptr) {

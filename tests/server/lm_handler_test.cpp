@@ -147,21 +147,29 @@ TEST_CASE("lm repository: language models beside the others, cotensor.json read 
   };
   copy_model("plain", "");
   copy_model("bf16", R"({"dtype": "bfloat16", "max_running": 3, "kv_cache_bytes": 1000000})");
+  copy_model("on_cpu", R"({"device": "cpu"})");
   copy_model("unknown_key", R"({"dtype": "float32", "max_runing": 3})");
   copy_model("bad_dtype", R"({"dtype": "int8"})");
   copy_model("bad_count", R"({"max_running": 0})");
+  copy_model("bad_device", R"({"device": "tpu"})");
+  // A Triton-layout model (config.json, 1/model.safetensors) beside the language models.
+  const auto mlp = std::filesystem::path(COTENSOR_TEST_DATA_DIR) / ".." / ".." / "examples" /
+                   "server" / "models" / "mlp";
+  std::filesystem::create_directory_symlink(mlp, dir / "mlp");
 
   serving::model_repository models;
   const auto failures = models.load_repository(dir);
-  CHECK(models.names().empty());
-  CHECK(models.language_model_names() == std::vector<std::string>{"bf16", "plain"});
-  REQUIRE(failures.size() == 3);
+  CHECK(models.names() == std::vector<std::string>{"mlp"});
+  CHECK(models.language_model_names() == std::vector<std::string>{"bf16", "on_cpu", "plain"});
+  REQUIRE(failures.size() == 4);
   CHECK(failures[0].model == "bad_count");
   CHECK(failures[0].reason.find("max_running") != std::string::npos);
-  CHECK(failures[1].model == "bad_dtype");
-  CHECK(failures[1].reason.find("dtype") != std::string::npos);
-  CHECK(failures[2].model == "unknown_key");
-  CHECK(failures[2].reason.find("max_runing") != std::string::npos);
+  CHECK(failures[1].model == "bad_device");
+  CHECK(failures[1].reason.find("device: 'tpu'") != std::string::npos);
+  CHECK(failures[2].model == "bad_dtype");
+  CHECK(failures[2].reason.find("dtype") != std::string::npos);
+  CHECK(failures[3].model == "unknown_key");
+  CHECK(failures[3].reason.find("max_runing") != std::string::npos);
   const auto* bf16 = models.find_language_model("bf16");
   REQUIRE(bf16 != nullptr);
   CHECK(bf16->options.generator.max_running == 3);

@@ -238,6 +238,36 @@ def run_cases(server):
             stream=True, extra_body={"ignore_eos": True}))
         assert streamed == r.choices[0].text, (streamed, r.choices[0].text)
 
+    @case("top_k 1 and a tiny top_p sample greedily; chat's max_completion_tokens, its usage chunk")
+    def _():
+        kw = dict(model="gpt2", prompt="Once upon", max_tokens=16)
+        greedy_text = client.completions.create(**kw, temperature=0,
+                                                extra_body={"ignore_eos": True}).choices[0].text
+        hot = dict(kw, temperature=1.5, seed=3)
+        sampled = client.completions.create(**hot, extra_body={"ignore_eos": True})
+        assert sampled.choices[0].text != greedy_text, "a hot seeded sample is the greedy text"
+        for top in ({"extra_body": {"ignore_eos": True, "top_k": 1}},
+                    {"top_p": 1e-6, "extra_body": {"ignore_eos": True}}):
+            r = client.completions.create(**hot, **top)
+            assert r.choices[0].text == greedy_text, (top, r.choices[0].text, greedy_text)
+        msgs = [{"role": "user", "content": "hi"}]
+        chat = dict(model="qwen", messages=msgs, temperature=0, extra_body={"ignore_eos": True})
+        r = client.chat.completions.create(**chat, max_completion_tokens=3)
+        assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length", r
+        # Both given: max_completion_tokens, which OpenAI's chat API has in place of the
+        # deprecated max_tokens (vLLM reads them so too).
+        status, _, data = raw(server, "POST", "/v1/chat/completions",
+                              {"model": "qwen", "messages": msgs, "temperature": 0,
+                               "ignore_eos": True, "max_tokens": 5, "max_completion_tokens": 2})
+        assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 2, data
+        chunks = list(client.chat.completions.create(**chat, max_completion_tokens=3,
+                                                     stream=True,
+                                                     stream_options={"include_usage": True}))
+        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 3, chunks[-1]
+        assert chunks[-1].usage.prompt_tokens == r.usage.prompt_tokens, chunks[-1].usage
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == r.choices[0].message.content, (text, r.choices[0].message.content)
+
     @case("chat completions render the model's template (ChatML, Llama 3), streamed and not")
     def _():
         # No max_tokens: what the context leaves (vLLM's default), ending with "length".
@@ -293,6 +323,7 @@ def run_cases(server):
             ({"model": "gpt2", "prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
             ({"model": "gpt2", "prompt": "x", "temperature": "hot"}, 400, "temperature"),
             ({"model": "gpt2", "prompt": "x", "top_p": 0}, 400, "top_p"),
+            ({"model": "gpt2", "prompt": "x", "top_k": -2}, 400, "top_k"),
             ({"model": "gpt2", "prompt": "x", "stop": 5}, 400, "stop"),
             ({"model": "gpt2", "prompt": "x", "n": 0}, 400, "n"),
             ({"model": "gpt2", "prompt": "x", "n": 2}, 400, "n"),
@@ -322,6 +353,7 @@ def run_cases(server):
             err = json.loads(data)["error"]
             assert status == want, (body, status, data)
             assert isinstance(err["message"], str) and err["code"] == want, err
+            assert err["type"] == "invalid_request_error", err
             assert err["param"] == param, (body, err)
             if param in ("prompt", "max_tokens") and "context" in err["message"]:
                 assert "64" in err["message"], err
