@@ -153,9 +153,8 @@ TEST_CASE("lm repository: language models beside the others, cotensor.json read 
   copy_model("bad_count", R"({"max_running": 0})");
   copy_model("bad_device", R"({"device": "tpu"})");
   // A Triton-layout model (config.json, 1/model.safetensors) beside the language models.
-  const auto mlp = std::filesystem::path(COTENSOR_TEST_DATA_DIR) / ".." / ".." / "examples" /
-                   "server" / "models" / "mlp";
-  std::filesystem::create_directory_symlink(mlp, dir / "mlp");
+  std::filesystem::create_directory_symlink(
+      std::filesystem::path(COTENSOR_EXAMPLE_MODELS_DIR) / "mlp", dir / "mlp");
 
   serving::model_repository models;
   const auto failures = models.load_repository(dir);
