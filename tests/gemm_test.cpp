@@ -21,6 +21,7 @@ namespace {
 using cotensor::bfloat16_t;
 using cotensor::dtype;
 using cotensor::tensor;
+using cotensor::test::cpu_has_amx_bf16;
 using cotensor::test::cpu_has_avx512;
 using cotensor::test::cpu_has_avx512_bf16;
 using cotensor::test::scoped_environment;
@@ -44,6 +45,11 @@ std::vector<std::string> bf16_kernels() {
     kernels.push_back("avx512_bf16");
   } else {
     MESSAGE("this CPU has no AVX-512 BF16: its bfloat16 GEMM kernel is not tested here");
+  }
+  if (cpu_has_amx_bf16()) {
+    kernels.push_back("amx_bf16");
+  } else {
+    MESSAGE("this CPU (or its kernel) gives no AMX-BF16: the AMX GEMM kernel is not tested here");
   }
   return kernels;
 }
@@ -73,9 +79,13 @@ struct gemm_case {
 // one row, a panel of 6 rows and more, k odd, columns across a 64-column panel (and 16-column
 // vectors) and a 512-column tile, k past a block of 256 steps; the tiled path's last tiles of
 // 4 rows and 15 columns, whose stores into C are masked (100 x 527).
+// The AMX kernel's: blocks of 16 and 32 rows, chunks of 32 k (A in place but a last chunk),
+// tiles of 64 x 256 and blocks of 8 chunks (k 300), tiles of 256 rows past k = 2048 (100 x
+// 2100), its few-row path up to 64 rows (17, 33, 64) and past it (65, 130).
 const std::vector<gemm_case> gemm_shapes{
-    {1, 1, 1},      {3, 7, 5},      {1, 300, 70},   {13, 31, 33}, {12, 64, 17},    {25, 64, 100},
-    {96, 128, 512}, {97, 129, 513}, {40, 1030, 70}, {5, 2049, 3}, {130, 515, 600}, {100, 70, 527},
+    {1, 1, 1},      {3, 7, 5},      {1, 300, 70},   {13, 31, 33},   {12, 64, 17},    {25, 64, 100},
+    {96, 128, 512}, {97, 129, 513}, {40, 1030, 70}, {5, 2049, 3},   {130, 515, 600}, {100, 70, 527},
+    {16, 32, 32},   {17, 33, 31},   {64, 300, 65},  {65, 257, 257}, {33, 96, 600},
 };
 
 std::vector<float> to_float(const std::vector<bfloat16_t>& v) { return {v.begin(), v.end()}; }
@@ -165,23 +175,28 @@ TEST_SUITE("gemm") {
   }
 
   TEST_CASE("bfloat16 GEMM, every kernel, gives the same bits on 1, 2 and 3 workers") {
-    const gemm_case c{150, 1100, 700};
-    const auto a = values(c.m * c.k, 5, false);
-    const auto b = values(c.k * c.n, 6, false);
+    // Many rows (tiles of C; the AMX kernel's of 256 rows past k = 2048) and few (the workers
+    // share B's panels).
+    const gemm_case shapes[] = {{150, 1100, 700}, {300, 2100, 300}, {40, 300, 700}};
     for (const std::string& kernel : bf16_kernels()) {
       CAPTURE(kernel);
       const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
-      std::vector<std::vector<bfloat16_t>> results;
-      for (const unsigned workers : {1U, 2U, 3U}) {
-        const cotensor::runtime rt({.worker_threads = workers});
-        results.push_back(matmul_bf16(a, b, c));
-      }
-      for (std::size_t r = 1; r < results.size(); ++r) {
-        std::int64_t differ = 0;
-        for (std::size_t i = 0; i < results[0].size(); ++i) {
-          differ += results[r][i].bits != results[0][i].bits ? 1 : 0;
+      for (const gemm_case& c : shapes) {
+        CAPTURE(c.m);
+        const auto a = values(c.m * c.k, 5, false);
+        const auto b = values(c.k * c.n, 6, false);
+        std::vector<std::vector<bfloat16_t>> results;
+        for (const unsigned workers : {1U, 2U, 3U}) {
+          const cotensor::runtime rt({.worker_threads = workers});
+          results.push_back(matmul_bf16(a, b, c));
         }
-        CHECK(differ == 0);
+        for (std::size_t r = 1; r < results.size(); ++r) {
+          std::int64_t differ = 0;
+          for (std::size_t i = 0; i < results[0].size(); ++i) {
+            differ += results[r][i].bits != results[0][i].bits ? 1 : 0;
+          }
+          CHECK(differ == 0);
+        }
       }
     }
   }
@@ -295,10 +310,15 @@ TEST_SUITE("gemm") {
       CHECK(row0(dtype::float16, 18, n) == half);
       CHECK(row0(dtype::float16, 150, n) == half);
     }
-    if (cpu_has_avx512_bf16()) {
-      const scoped_environment forced("COTENSOR_GEMM_BF16", "avx512_bf16");
+    for (const std::string& kernel : bf16_kernels()) {
+      if (kernel == "convert") {
+        continue;
+      }
+      CAPTURE(kernel);
+      const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
       const auto one = row0(dtype::bfloat16, 1, n);
       CHECK(row0(dtype::bfloat16, 17, n) == one);
+      CHECK(row0(dtype::bfloat16, 33, n) == one);  // AMX: two blocks of A
       CHECK(row0(dtype::bfloat16, 150, n) == one);
       const auto narrow = row0(dtype::bfloat16, 1, 9);
       CHECK(row0(dtype::bfloat16, 2, 9) == narrow);
@@ -328,11 +348,19 @@ TEST_SUITE("gemm") {
       CHECK_THROWS_WITH(cotensor::matmul(a, a).wait(),
                         doctest::Contains("COTENSOR_GEMM_BF16='avx512'"));
     }
-    const scoped_environment forced("COTENSOR_GEMM_BF16", "avx512_bf16");
-    if (cpu_has_avx512_bf16()) {
+    {
+      const scoped_environment forced("COTENSOR_GEMM_BF16", "avx512_bf16");
+      if (cpu_has_avx512_bf16()) {
+        CHECK(cotensor::matmul(a, a).to_vector<float>() == std::vector<float>(16, 4.0F));
+      } else {
+        CHECK_THROWS_WITH(cotensor::matmul(a, a).wait(), doctest::Contains("no AVX-512 BF16"));
+      }
+    }
+    const scoped_environment forced("COTENSOR_GEMM_BF16", "amx_bf16");
+    if (cpu_has_amx_bf16()) {
       CHECK(cotensor::matmul(a, a).to_vector<float>() == std::vector<float>(16, 4.0F));
     } else {
-      CHECK_THROWS_WITH(cotensor::matmul(a, a).wait(), doctest::Contains("no AVX-512 BF16"));
+      CHECK_THROWS_WITH(cotensor::matmul(a, a).wait(), doctest::Contains("no AMX-BF16"));
     }
   }
 }

@@ -1,9 +1,9 @@
 // detail::packed_matrix (src/frontend/packed_matmul.hpp), the language models' weights: B laid
-// out once for cotensor's own AVX-512 GEMMs. A product must give the bits of cotensor::matmul
-// with B itself, for every number of rows (few rows take narrower column tiles over the panels,
-// 2 to 32 rows in groups of 4 over blocks of B; more than 64 the tiled path), batched, across the
-// kernels' edges, and whatever the workers; and where the kernel chosen is not cotensor's own, B is
-// kept as it is.
+// out once for cotensor's own AVX-512 and AMX GEMMs. A product must give the bits of
+// cotensor::matmul with B itself, for every number of rows (few rows take narrower column tiles
+// over the panels, 2 to 32 rows in groups of 4 over blocks of B; more than 64 the tiled path),
+// batched, across the kernels' edges, and whatever the workers; and where the kernel chosen is not
+// cotensor's own, B is kept as it is.
 
 #include "frontend/packed_matmul.hpp"
 
@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ namespace {
 using cotensor::dtype;
 using cotensor::tensor;
 using cotensor::detail::packed_matrix;
+using cotensor::test::cpu_has_amx_bf16;
 using cotensor::test::cpu_has_avx512;
 using cotensor::test::cpu_has_avx512_bf16;
 using cotensor::test::scoped_environment;
@@ -62,7 +64,8 @@ struct kind {
 
 std::vector<kind> kinds() {
   return {{dtype::float32, "COTENSOR_GEMM_F32", "avx512", "openblas", cpu_has_avx512()},
-          {dtype::bfloat16, "COTENSOR_GEMM_BF16", "avx512_bf16", "convert", cpu_has_avx512_bf16()}};
+          {dtype::bfloat16, "COTENSOR_GEMM_BF16", "avx512_bf16", "convert", cpu_has_avx512_bf16()},
+          {dtype::bfloat16, "COTENSOR_GEMM_BF16", "amx_bf16", "convert", cpu_has_amx_bf16()}};
 }
 
 }  // namespace
@@ -154,6 +157,34 @@ TEST_SUITE("gemm") {
         CHECK_THROWS_AS(
             cotensor::detail::matmul(a3, packed, cotensor::reshape(operand(1, 7, 5, k.t), {7})),
             std::invalid_argument);
+      }
+    }
+  }
+
+  TEST_CASE("bfloat16 panels packed while one of cotensor's kernels is chosen serve the other") {
+    if (!cpu_has_amx_bf16()) {
+      MESSAGE("this CPU (or its kernel) gives no AMX-BF16: one bfloat16 kernel only, nothing to "
+              "test");
+      return;
+    }
+    // The AVX-512 BF16 and AMX kernels read the same panels (pairs of rows of B, zero padded to
+    // AMX's 16 pairs): packed under either, multiplied under the other, the bits of the other's
+    // matmul with B itself.
+    const tensor b = operand(301, 200, 61, dtype::bfloat16);
+    for (const auto& [packing, multiplying] :
+         {std::pair{"avx512_bf16", "amx_bf16"}, std::pair{"amx_bf16", "avx512_bf16"}}) {
+      CAPTURE(packing);
+      std::optional<packed_matrix> packed;
+      {
+        const scoped_environment forced("COTENSOR_GEMM_BF16", packing);
+        packed.emplace(b);
+        REQUIRE(packed->packed());
+      }
+      const scoped_environment forced("COTENSOR_GEMM_BF16", multiplying);
+      for (const std::int64_t rows : {1, 17, 64, 65, 130}) {
+        CAPTURE(rows);
+        const tensor a = operand(rows, 301, 62 + static_cast<std::uint32_t>(rows), dtype::bfloat16);
+        CHECK(differing(cotensor::detail::matmul(a, *packed), cotensor::matmul(a, b)) == 0);
       }
     }
   }

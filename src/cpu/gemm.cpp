@@ -1,13 +1,15 @@
 // GEMM on the CPU: float32 on cotensor's own AVX-512 kernel where the CPU has AVX-512
 // (cpu/gemm_avx512.hpp), else OpenBLAS SGEMM calls on tiles that the backend's workers share
 // (OpenBLAS is opened with its first GEMM: cpu/openblas.hpp); float64 on OpenBLAS DGEMM.
-// bfloat16 runs cotensor's own vdpbf16ps kernel where the CPU has AVX-512 BF16.
+// bfloat16 runs cotensor's own AMX kernel where the CPU has AMX-BF16, its vdpbf16ps kernel where
+// it has AVX-512 BF16.
 // COTENSOR_GEMM_F32 and COTENSOR_GEMM_BF16 force a path. float16, and bfloat16 elsewhere, go
 // through float32: the operands are converted, multiplied by SGEMM and the result rounded once
 // (Debian's OpenBLAS 0.3.21 exports no sbgemm); float16 products of few rows on the AVX-512
 // float32 kernel convert B as they read it instead (the same bits). Integers are exact, wrapping,
 // in a plain loop.
 
+#include "cpu/gemm_amx.hpp"
 #include "cpu/gemm_avx512.hpp"
 #include "cpu/gemm_dispatch.hpp"
 #include "cpu/gemm_scratch.hpp"
@@ -30,7 +32,7 @@ void sgemm(
     std::fill(c, c + m * n, 0.0F);
     return;
   }
-  if (f32_gemm_kernel_for_this_call() == gemm_kernel::avx512) {
+  if (f32_gemm_kernel_for_this_call(m) == gemm_kernel::avx512) {
     sgemm_avx512(a, b, c, m, k, n);
     return;
   }
@@ -118,14 +120,19 @@ void half_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std
     return;
   }
   if constexpr (std::is_same_v<T, bfloat16_t>) {
-    if (bf16_gemm_kernel_for_this_call() == gemm_kernel::avx512_bf16) {
+    const gemm_kernel kernel = bf16_gemm_kernel_for_this_call();
+    if (kernel == gemm_kernel::amx_bf16) {
+      bf16_gemm_amx(a, b, c, m, k, n);
+      return;
+    }
+    if (kernel == gemm_kernel::avx512_bf16) {
       bf16_gemm_avx512(a, b, c, m, k, n);
       return;
     }
   } else {
     // Few rows (a decode step): B's halves converted as they are read, not whole first; the
     // same bits as below on cotensor's float32 kernel.
-    if (f32_gemm_kernel_for_this_call() == gemm_kernel::avx512 &&
+    if (f32_gemm_kernel_for_this_call(m) == gemm_kernel::avx512 &&
         f16_gemm_rows_avx512(a, b, c, m, k, n)) {
       return;
     }
@@ -187,11 +194,12 @@ void matmul(const matmul_args& args) {
   });
 }
 
-// Packed only for cotensor's own kernels, and only when the kernel chosen now is one of them.
+// Packed only for cotensor's own kernels, and only when the kernel chosen now is one of them
+// (the AMX and AVX-512 BF16 kernels read the same panels).
 std::int64_t packed_b_elements(dtype t, std::int64_t k, std::int64_t n) {
   const bool own =
       (t == dtype::float32 && f32_gemm_kernel_for_this_call() == gemm_kernel::avx512) ||
-      (t == dtype::bfloat16 && bf16_gemm_kernel_for_this_call() == gemm_kernel::avx512_bf16);
+      (t == dtype::bfloat16 && bf16_gemm_kernel_for_this_call() != gemm_kernel::convert);
   return own ? packed_b_elements_avx512(t, k, n) : 0;
 }
 
@@ -199,10 +207,17 @@ void pack_b(const pack_b_args& args) { pack_b_avx512(args.t, args.b, args.packed
 
 void matmul_packed(const matmul_args& args) {
   const std::size_t item = itemsize(args.t);
+  const bool amx =
+      args.t == dtype::bfloat16 && bf16_gemm_kernel_for_this_call() == gemm_kernel::amx_bf16;
   for (std::int64_t i = 0; i < args.batch; ++i) {
-    gemm_packed_avx512(args.t, offset_bytes(args.a, i * args.a_stride, item), args.b,
-                       offset_bytes(args.c, i * args.m * args.n, item), args.m, args.k, args.n,
-                       args.bias);
+    const void* a = offset_bytes(args.a, i * args.a_stride, item);
+    void* c = offset_bytes(args.c, i * args.m * args.n, item);
+    if (amx) {
+      gemm_packed_amx(static_cast<const bfloat16_t*>(a), args.b, static_cast<bfloat16_t*>(c),
+                      args.m, args.k, args.n, static_cast<const bfloat16_t*>(args.bias));
+    } else {
+      gemm_packed_avx512(args.t, a, args.b, c, args.m, args.k, args.n, args.bias);
+    }
   }
 }
 

@@ -20,7 +20,6 @@
 #include "cpu/gemm_avx512_tile.hpp"
 #include "cpu/gemm_scratch.hpp"
 #include "cpu/kernels.hpp"
-#include "support/host_allocator.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -35,40 +34,9 @@ namespace {
 
 using namespace avx512;
 
-// A worker's float32 partial sums of one tile (at most 96 x 512), kept for its next tile: a
-// block of that size from the allocator each time would be fresh pages to fault in, with the
-// other workers faulting in theirs at the same time. From the pooled host allocator, as all of
-// an op's memory (never the global heap); freed when the thread ends.
+// A worker's float32 partial sums of one tile (at most 96 x 512), kept for its next tile.
 float* partial_sums(std::int64_t count) {
-  class buffer {
-  public:
-    buffer() = default;
-    buffer(const buffer&) = delete;
-    buffer& operator=(const buffer&) = delete;
-    ~buffer() { release(); }
-    float* reserve(std::int64_t count) {
-      if (capacity_ < count) {
-        release();
-        p_ = static_cast<float*>(
-            allocate_bytes(static_cast<std::size_t>(count) * sizeof(float), 64));
-        capacity_ = count;
-      }
-      return p_;
-    }
-
-  private:
-    void release() noexcept {
-      if (p_ != nullptr) {
-        free_bytes(p_, static_cast<std::size_t>(capacity_) * sizeof(float), 64);
-        p_ = nullptr;
-        capacity_ = 0;
-      }
-    }
-    float* p_ = nullptr;
-    std::int64_t capacity_ = 0;
-  };
-  thread_local buffer b;
-  return b.reserve(count);
+  return static_cast<float*>(thread_scratch(static_cast<std::size_t>(count) * sizeof(float)));
 }
 
 // How far the packing of one column tile of B has come: panels claimed by a worker, and packed
@@ -96,6 +64,7 @@ void gemm(const typename Steps::element* a,
     return;
   }
   const std::int64_t steps = Steps::steps(k);
+  const std::int64_t panel_words = Steps::panel_steps(k) * nr;  // a packed panel of B
   const std::int64_t a_panels = (m + mr - 1) / mr;
   const std::int64_t b_panels = (n + nr - 1) / nr;
 
@@ -154,7 +123,7 @@ void gemm(const typename Steps::element* a,
   // B (unless laid out beforehand) is packed as the workers reach it, a column tile's panels by
   // the workers that first need them: no pass over B before the first product, and the workers
   // that start on a column tile pack its panels together.
-  const gemm_scratch<word> packed_scratch(packs ? b_panels * steps * nr : 0);
+  const gemm_scratch<word> packed_scratch(packs ? b_panels * panel_words : 0);
   const word* const packed_b = packs ? packed_scratch.get() : prepacked;
   const std::int64_t packing_tiles = packs ? col_tiles : 0;
   const gemm_scratch<column_packing> packing(packing_tiles);
@@ -172,7 +141,7 @@ void gemm(const typename Steps::element* a,
     }
     for (std::int64_t i = 0; (i = claimed.fetch_add(1, std::memory_order_relaxed)) < panels;) {
       pack_b_panel<Steps>(b, k, n, (first + i) * nr, steps,
-                          packed_scratch.get() + (first + i) * steps * nr);
+                          packed_scratch.get() + (first + i) * panel_words);
       packed.fetch_add(1, std::memory_order_release);
     }
     // The panels left are being packed by other workers, one panel each at most.
@@ -205,7 +174,8 @@ void gemm(const typename Steps::element* a,
                                 std::min(nr, cols - jp * nr),
                                 bias == nullptr ? nullptr : bias + j0 + jp * nr};
       micro_tile_columns<Steps>(panel_of_a(panel0 + ip, p0),
-                                packed_b + (j0 / nr + jp) * steps * nr + p0 * nr, block, io, ahead);
+                                packed_b + (j0 / nr + jp) * panel_words + p0 * nr, block, io,
+                                ahead);
     };
     if (packs || panels == 1 || m > row_path_rows) {
       // A's panel of 6 rows in L1 while a block of B's panels streams from L2.
@@ -231,7 +201,7 @@ void gemm(const typename Steps::element* a,
                 ? std::min(kc, steps - next_p0) * nr * static_cast<std::int64_t>(sizeof(word))
                 : 0;
         const auto* next = reinterpret_cast<const char*>(
-            packed_b + (j0 / nr + next_jp) * steps * nr + next_p0 * nr);
+            packed_b + (j0 / nr + next_jp) * panel_words + next_p0 * nr);
         const std::int64_t share = (next_bytes + panels - 1) / panels;
         const std::int64_t block = std::min(kc, steps - p0);
         const std::int64_t per_step = (share + 64 * block - 1) / (64 * block) * 64;
@@ -255,7 +225,7 @@ void gemm(const typename Steps::element* a,
       float* const sums = partial_sums(column_rows * nr);
       const std::int64_t end = std::min(n, (t + 1) * tile_cols);
       for (std::int64_t j = t * tile_cols; j < end; j += nr) {
-        const word* const panel = packed_b + j / nr * steps * nr;
+        const word* const panel = packed_b + j / nr * panel_words;
         const std::int64_t panel_cols = std::min(nr, end - j);
         for (std::int64_t p0 = 0; p0 < steps; p0 += column_kc) {
           const std::int64_t block = std::min(column_kc, steps - p0);
@@ -345,7 +315,7 @@ namespace {
 
 template <class Steps>
 std::int64_t packed_words(std::int64_t k, std::int64_t n) {
-  return (n + nr - 1) / nr * Steps::steps(k) * nr;
+  return (n + nr - 1) / nr * Steps::panel_steps(k) * nr;
 }
 
 template <class Steps>
@@ -354,7 +324,7 @@ void pack_b(const void* b, void* out, std::int64_t k, std::int64_t n) {
   const auto* e = static_cast<const typename Steps::element*>(b);
   auto* w = static_cast<typename Steps::word*>(out);
   parallel_tiles((n + nr - 1) / nr, [&](std::int64_t j) {
-    pack_b_panel<Steps>(e, k, n, j * nr, steps, w + j * steps * nr);
+    pack_b_panel<Steps>(e, k, n, j * nr, steps, w + j * Steps::panel_steps(k) * nr);
   });
 }
 

@@ -62,6 +62,7 @@ struct float_word_steps {
   using word = float;
   static constexpr std::int64_t b_rows_per_step = 1;  // rows of B a step reads
   static std::int64_t steps(std::int64_t k) { return k; }
+  static std::int64_t panel_steps(std::int64_t k) { return k; }
   COTENSOR_AVX512_TARGET static __m512 broadcast(word w) { return _mm512_set1_ps(w); }
   COTENSOR_AVX512_TARGET static __m512 load_b(const word* b) { return _mm512_loadu_ps(b); }
   COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, __m512 a, __m512 b) {
@@ -128,6 +129,9 @@ struct bf16_steps {
   static constexpr std::int64_t b_rows_per_step = 2;
   static constexpr std::int64_t b_prefetch_steps = 0;
   static std::int64_t steps(std::int64_t k) { return (k + 1) / 2; }
+  // The rows of a packed panel of B: the steps, zero padded to a whole number of AMX tiles of 16
+  // pairs (cpu/gemm_amx.hpp reads the same panels).
+  static std::int64_t panel_steps(std::int64_t k) { return (steps(k) + 15) / 16 * 16; }
   static bool a_in_place(std::int64_t k) { return k % 2 == 0; }
   static float to_float(element e) { return float_from_bfloat16_bits(e); }
   // (row[2p], row[2p+1]), zero past k.

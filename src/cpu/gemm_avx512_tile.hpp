@@ -189,7 +189,8 @@ COTENSOR_AVX512_TARGET void micro_tile_group(a_panel<Steps> a,
   }
 }
 
-// out[p * 64 + j] = B's word of step p at column col0 + j, for the `steps` steps: a panel.
+// out[p * 64 + j] = B's word of step p at column col0 + j, for the `steps` steps, and zeros up
+// to Steps::panel_steps(k): a panel.
 template <class Steps>
 COTENSOR_AVX512_TARGET void pack_b_panel(const typename Steps::element* b,
                                          std::int64_t k,
@@ -201,6 +202,7 @@ COTENSOR_AVX512_TARGET void pack_b_panel(const typename Steps::element* b,
   for (std::int64_t p = 0; p < steps; ++p) {
     Steps::pack_b_row(b, k, n, p, col0, cols, out + p * nr);
   }
+  std::fill(out + steps * nr, out + Steps::panel_steps(k) * nr, typename Steps::word{0});
 }
 
 #endif

@@ -2,8 +2,14 @@
 
 #include "support/environment.hpp"
 
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
+
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -20,6 +26,8 @@ std::string_view to_string(gemm_kernel k) noexcept {
     return "avx512";
   case gemm_kernel::openblas:
     return "openblas";
+  case gemm_kernel::amx_bf16:
+    return "amx_bf16";
   case gemm_kernel::avx512_bf16:
     return "avx512_bf16";
   case gemm_kernel::convert:
@@ -58,49 +66,107 @@ bool cpu_has_avx512_bf16() noexcept {
 #endif
 }
 
+bool cpu_has_amx_bf16() noexcept {
+#if COTENSOR_HAVE_CPUID && defined(__linux__) && defined(SYS_arch_prctl)
+  static const bool has = [] {
+    unsigned eax = 0;
+    unsigned ebx = 0;
+    unsigned ecx = 0;
+    unsigned edx = 0;
+    // CPUID leaf 7, sub-leaf 0, EDX bit 22: AMX-BF16; bit 24: AMX-TILE.
+    if (!cpu_has_avx512_bf16() || __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 ||
+        (edx & (1U << 22)) == 0 || (edx & (1U << 24)) == 0) {
+      return false;
+    }
+    constexpr long arch_req_xcomp_perm = 0x1023;
+    constexpr long xfeature_xtiledata = 18;
+    return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
-// The kernel named by `variable` (`native` or `fallback`, "auto" or unset: `automatic`).
+// A kernel that COTENSOR_GEMM_* may name: whether this CPU runs it, and its instructions for
+// the error when it does not.
+struct named_kernel {
+  gemm_kernel kernel;
+  bool runs;
+  const char* instructions;
+};
+
+// The kernel `variable` names among `kernels` ("auto" or unset: `automatic`).
 gemm_kernel kernel_from_environment(const char* variable,
-                                    gemm_kernel native,
-                                    bool cpu_has_native,
-                                    const char* instructions,
-                                    gemm_kernel fallback,
+                                    std::initializer_list<named_kernel> kernels,
                                     gemm_kernel automatic) {
   const auto value = environment_variable(variable);
   if (!value || value->empty() || *value == "auto") {
     return automatic;
   }
-  if (*value == to_string(fallback)) {
-    return fallback;
-  }
-  if (*value == to_string(native)) {
-    if (!cpu_has_native) {
-      throw std::runtime_error(std::string("cotensor: ") + variable + "=" + *value +
-                               ", but this CPU has no " + instructions);
+  std::string names = "auto";
+  for (const named_kernel& k : kernels) {
+    if (*value == to_string(k.kernel)) {
+      if (!k.runs) {
+        throw std::runtime_error(std::string("cotensor: ") + variable + "=" + *value +
+                                 ", but this CPU has no " + k.instructions);
+      }
+      return k.kernel;
     }
-    return native;
+    names += (&k == kernels.end() - 1 ? " or " : ", ") + std::string(to_string(k.kernel));
   }
-  bad_environment_variable(variable, *value,
-                           "auto, " + std::string(to_string(native)) + " or " +
-                               std::string(to_string(fallback)));
+  bad_environment_variable(variable, *value, names);
 }
 
 }  // namespace
 
-gemm_kernel f32_gemm_kernel_for_this_call() {
-  // Measured side by side (docs/performance.md#cotensors-own-gemm): on AMD Zen 4 cotensor's
-  // kernel; OpenBLAS where the CPU lacks AVX-512.
-  const gemm_kernel automatic = cpu_has_avx512() ? gemm_kernel::avx512 : gemm_kernel::openblas;
-  return kernel_from_environment("COTENSOR_GEMM_F32", gemm_kernel::avx512, cpu_has_avx512(),
-                                 "AVX-512", gemm_kernel::openblas, automatic);
+namespace {
+
+// Whether CPUID names Intel as the vendor (asked once).
+bool cpu_is_intel() noexcept {
+#if COTENSOR_HAVE_CPUID
+  static const bool intel = [] {
+    unsigned eax = 0;
+    unsigned ebx = 0;
+    unsigned ecx = 0;
+    unsigned edx = 0;
+    // "GenuineIntel" in EBX, EDX, ECX.
+    return __get_cpuid(0, &eax, &ebx, &ecx, &edx) != 0 && ebx == 0x756E6547U &&
+           edx == 0x49656E69U && ecx == 0x6C65746EU;
+  }();
+  return intel;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+gemm_kernel f32_gemm_kernel_for_this_call(std::int64_t rows) {
+  // Measured side by side (docs/performance.md#cotensors-own-gemm): on AMD Zen 4 and Zen 5
+  // cotensor's kernel for every shape; on Intel Sapphire Rapids OpenBLAS's SkylakeX kernels on
+  // tiles beat it past a decode step's rows (285-318 against 248-270 GFLOP/s at 1000² to
+  // 4000²), and cotensor's row path keeps the products of few rows; OpenBLAS where the CPU
+  // lacks AVX-512.
+  const gemm_kernel automatic =
+      !cpu_has_avx512() || (cpu_is_intel() && rows > f32_rows_on_own_kernel) ? gemm_kernel::openblas
+                                                                             : gemm_kernel::avx512;
+  return kernel_from_environment(
+      "COTENSOR_GEMM_F32",
+      {{gemm_kernel::avx512, cpu_has_avx512(), "AVX-512"}, {gemm_kernel::openblas, true, ""}},
+      automatic);
 }
 
 gemm_kernel bf16_gemm_kernel_for_this_call() {
-  const gemm_kernel automatic =
-      cpu_has_avx512_bf16() ? gemm_kernel::avx512_bf16 : gemm_kernel::convert;
-  return kernel_from_environment("COTENSOR_GEMM_BF16", gemm_kernel::avx512_bf16,
-                                 cpu_has_avx512_bf16(), "AVX-512 BF16", gemm_kernel::convert,
+  const gemm_kernel automatic = cpu_has_amx_bf16()      ? gemm_kernel::amx_bf16
+                                : cpu_has_avx512_bf16() ? gemm_kernel::avx512_bf16
+                                                        : gemm_kernel::convert;
+  return kernel_from_environment("COTENSOR_GEMM_BF16",
+                                 {{gemm_kernel::amx_bf16, cpu_has_amx_bf16(), "AMX-BF16"},
+                                  {gemm_kernel::avx512_bf16, cpu_has_avx512_bf16(), "AVX-512 BF16"},
+                                  {gemm_kernel::convert, true, ""}},
                                  automatic);
 }
 

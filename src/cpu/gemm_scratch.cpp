@@ -84,4 +84,35 @@ void give_back_gemm_scratch(void* p, std::size_t capacity) noexcept {
   free_bytes(p, capacity, alignment);
 }
 
+void* thread_scratch(std::size_t bytes) {
+  class buffer {
+  public:
+    buffer() = default;
+    buffer(const buffer&) = delete;
+    buffer& operator=(const buffer&) = delete;
+    ~buffer() { release(); }
+    void* reserve(std::size_t bytes) {
+      if (capacity_ < bytes) {
+        release();
+        p_ = allocate_bytes(bytes, alignment);
+        capacity_ = bytes;
+      }
+      return p_;
+    }
+
+  private:
+    void release() noexcept {
+      if (p_ != nullptr) {
+        free_bytes(p_, capacity_, alignment);
+        p_ = nullptr;
+        capacity_ = 0;
+      }
+    }
+    void* p_ = nullptr;
+    std::size_t capacity_ = 0;
+  };
+  thread_local buffer b;
+  return b.reserve(bytes);
+}
+
 }  // namespace cotensor::detail::cpu

@@ -22,6 +22,13 @@ void* take_gemm_scratch(std::size_t bytes, std::size_t* capacity);
 /// Gives back a block from take_gemm_scratch, kept or freed.
 void give_back_gemm_scratch(void* p, std::size_t capacity) noexcept;
 
+/// A block of at least `bytes` bytes, 64-byte aligned, that the calling thread keeps for its
+/// next call (a worker's float32 partial sums, a panel of B it packs for itself): valid until the
+/// same thread calls again, freed when the thread ends. From the pooled host allocator: a block
+/// that size from the allocator at each tile would be fresh pages to fault in, with the other
+/// workers faulting in theirs at the same time. Throws std::bad_alloc.
+void* thread_scratch(std::size_t bytes);
+
 /// `n` items of T (a trivial type) of GEMM scratch, given back when it goes.
 template <class T>
 class gemm_scratch {
