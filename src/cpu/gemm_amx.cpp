@@ -185,6 +185,57 @@ void block_product(a_chunks a,
                    : block_product<false>(a, chunks, tail, b, sums, first);
 }
 
+// sums (4 tiles of 16 x 16: columns 0-15, 16-31, 32-47, 48-63, tile after tile) = the
+// `chunks` chunks of A's packed block of 16 rows from `a` times a whole panel of B from `b`,
+// zero first: a product of at most 16 rows reads each 256-byte row of pairs of the panel once,
+// in order (B from memory as one stream), two tiles of B at a time.
+COTENSOR_AMX_TARGET void
+panel_product(const element* a, const word* b, std::int64_t chunks, float* sums) {
+  compiler_fence();
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (std::int64_t q = 0; q < chunks; ++q) {
+    const word* bq = b + q * half_rows * nr;
+    _tile_loadd(4, a + q * chunk_elements, 64);
+    _tile_loadd(6, bq, b_pair_bytes);
+    _tile_loadd(7, bq + half_rows, b_pair_bytes);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(6, bq + 2 * half_rows, b_pair_bytes);
+    _tile_loadd(7, bq + 3 * half_rows, b_pair_bytes);
+    _tile_dpbf16ps(2, 4, 6);
+    _tile_dpbf16ps(3, 4, 7);
+  }
+  _tile_stored(0, sums, 64);
+  _tile_stored(1, sums + tile_sums, 64);
+  _tile_stored(2, sums + 2 * tile_sums, 64);
+  _tile_stored(3, sums + 3 * tile_sums, 64);
+  compiler_fence();
+}
+
+// C's `rows` x `cols` (at most 16 x 64) at c = panel_product's sums rounded to bfloat16, plus
+// `bias` (when set) as store_block adds it.
+COTENSOR_AMX_TARGET void store_panel(const float* sums,
+                                     element* c,
+                                     std::int64_t ldc,
+                                     std::int64_t rows,
+                                     std::int64_t cols,
+                                     const element* bias) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t t = 0; t < 4 && t * half_rows < cols; ++t) {
+      const __mmask16 mask = lanes(cols - t * half_rows);
+      const __m512 s = _mm512_loadu_ps(sums + t * tile_sums + r * half_rows);
+      const __m512 x = bias == nullptr
+                           ? s
+                           : _mm512_add_ps(bf16_steps::rounded(s),
+                                           bf16_steps::load_elements(bias + t * half_rows, mask));
+      bf16_steps::store(c + r * ldc + t * half_rows, x, mask);
+    }
+  }
+}
+
 // C's `rows` x `cols` (at most 32 x 32) at c (row stride ldc) = a block's sums rounded to
 // bfloat16, plus `bias` (when set) as operator+ adds it to the rounded product.
 COTENSOR_AMX_TARGET void store_block(const float* sums,
@@ -255,8 +306,9 @@ void gemm(const element* a,
     for (std::int64_t block = 0; block < blocks; ++block) {
       pack_a_block(a, m, k, block, 0, chunks, packed_a.get() + block * chunks * chunk_elements);
     }
-    // Tiles of whole panels, four a worker or more, each panel's two halves of 32 columns in
-    // turn under every block of A (the second half's pairs from L2 after the first's).
+    // Tiles of whole panels, four a worker or more: up to 16 rows a panel at a time
+    // (panel_product), else each panel's two halves of 32 columns in turn under every block of A
+    // (the second half's pairs from L2 after the first's).
     const std::int64_t tiles_wanted = std::min(panels, 4 * workers);
     const std::int64_t tile_panels = (panels + tiles_wanted - 1) / tiles_wanted;
     parallel_tiles((panels + tile_panels - 1) / tile_panels, [&](std::int64_t t) {
@@ -272,6 +324,11 @@ void gemm(const element* a,
         if (prepacked == nullptr) {
           avx512::pack_b_panel<bf16_steps>(b, k, n, j * nr, steps, own);
           panel = own;
+        }
+        if (m <= half_rows) {
+          panel_product(packed_a.get(), panel, chunks, sums);
+          store_panel(sums, c + j * nr, n, m, std::min(nr, n - j * nr), bias_at(j * nr));
+          continue;
         }
         for (std::int64_t col = j * nr; col < std::min(n, (j + 1) * nr); col += block_cols) {
           for (std::int64_t block = 0; block < blocks; ++block) {
