@@ -24,6 +24,7 @@ using cotensor::tensor;
 using cotensor::test::cpu_has_amx_bf16;
 using cotensor::test::cpu_has_avx512;
 using cotensor::test::cpu_has_avx512_bf16;
+using cotensor::test::cpu_is_intel;
 using cotensor::test::scoped_environment;
 
 // The float32 kernels this CPU can run, as COTENSOR_GEMM_F32 names them.
@@ -323,6 +324,45 @@ TEST_SUITE("gemm") {
       const auto narrow = row0(dtype::bfloat16, 1, 9);
       CHECK(row0(dtype::bfloat16, 2, 9) == narrow);
       CHECK(row0(dtype::bfloat16, 150, 9) == narrow);
+    }
+  }
+
+  TEST_CASE("auto runs the kernel measured faster on this CPU") {
+    // Seen through the bits: each kernel sums in its own order, so `auto`'s result is the
+    // forced kernel's. float32: cotensor's kernel, but OpenBLAS past 64 rows on Intel (and
+    // without AVX-512); bfloat16: AMX, else vdpbf16ps, else the converting path.
+    const auto product = [](dtype t, std::int64_t m, const char* variable, const char* kernel) {
+      const scoped_environment forced(variable, kernel);
+      // k past OpenBLAS's block along k, whose sums it adds to C's: another order than ours.
+      const std::int64_t k = 2000;
+      const auto a = values(m * k, 71, false);
+      const auto b = values(k * 90, 72, false);
+      return cotensor::matmul(cotensor::from_vector(a, {m, k}).astype(t),
+                              cotensor::from_vector(b, {k, 90}).astype(t))
+          .astype(dtype::float32)
+          .to_vector<float>();
+    };
+    for (const std::int64_t m : {10, 150}) {
+      CAPTURE(m);
+      const char* f32 = !cpu_has_avx512() || (cpu_is_intel() && m > 64) ? "openblas" : "avx512";
+      CAPTURE(f32);
+      CHECK(product(dtype::float32, m, "COTENSOR_GEMM_F32", "auto") ==
+            product(dtype::float32, m, "COTENSOR_GEMM_F32", f32));
+      const char* bf16 = cpu_has_amx_bf16()      ? "amx_bf16"
+                         : cpu_has_avx512_bf16() ? "avx512_bf16"
+                                                 : "convert";
+      CAPTURE(bf16);
+      CHECK(product(dtype::bfloat16, m, "COTENSOR_GEMM_BF16", "auto") ==
+            product(dtype::bfloat16, m, "COTENSOR_GEMM_BF16", bf16));
+    }
+    if (cpu_has_avx512()) {
+      // The two float32 kernels do differ on these operands, or the check above proves nothing.
+      CHECK(product(dtype::float32, 150, "COTENSOR_GEMM_F32", "avx512") !=
+            product(dtype::float32, 150, "COTENSOR_GEMM_F32", "openblas"));
+    }
+    if (cpu_has_amx_bf16()) {
+      CHECK(product(dtype::bfloat16, 150, "COTENSOR_GEMM_BF16", "amx_bf16") !=
+            product(dtype::bfloat16, 150, "COTENSOR_GEMM_BF16", "avx512_bf16"));
     }
   }
 

@@ -34,6 +34,21 @@ inline bool cpu_has_avx512_bf16() {
   return cpu_has_avx512() && COTENSOR_TEST_CPU_SUPPORTS("avx512bf16");
 }
 
+/// Whether CPUID names Intel as the vendor ("GenuineIntel"): the float32 GEMM's `auto` choice
+/// depends on it.
+inline bool cpu_is_intel() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  unsigned eax = 0;
+  unsigned ebx = 0;
+  unsigned ecx = 0;
+  unsigned edx = 0;
+  return __get_cpuid(0, &eax, &ebx, &ecx, &edx) != 0 && ebx == 0x756E6547U && edx == 0x49656E69U &&
+         ecx == 0x6C65746EU;
+#else
+  return false;
+#endif
+}
+
 /// And AMX-BF16 (CPUID leaf 7, EDX bits 22 and 24), with the kernel's permission for the
 /// tiles' state, asked of it here as the library asks: its AMX kernel.
 inline bool cpu_has_amx_bf16() {
