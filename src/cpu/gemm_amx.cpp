@@ -420,6 +420,18 @@ void gemm(const element* a,
   });
 }
 
+// c = 0 when k is 0; whether there is nothing left to do.
+bool trivial(bfloat16_t* c, std::int64_t m, std::int64_t k, std::int64_t n) {
+  if (m == 0 || n == 0) {
+    return true;
+  }
+  if (k == 0) {
+    std::fill(c, c + m * n, bfloat16_t{});
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void bf16_gemm_amx(const bfloat16_t* a,
@@ -428,11 +440,7 @@ void bf16_gemm_amx(const bfloat16_t* a,
                    std::int64_t m,
                    std::int64_t k,
                    std::int64_t n) {
-  if (m == 0 || n == 0) {
-    return;
-  }
-  if (k == 0) {
-    std::fill(c, c + m * n, bfloat16_t{});
+  if (trivial(c, m, k, n)) {
     return;
   }
   gemm(reinterpret_cast<const element*>(a), reinterpret_cast<const element*>(b),
@@ -449,11 +457,7 @@ void gemm_packed_amx(const bfloat16_t* a,
   if (bias != nullptr && k == 0) {
     throw std::invalid_argument("cotensor: a GEMM's bias needs k > 0");  // the frontend adds it
   }
-  if (m == 0 || n == 0) {
-    return;
-  }
-  if (k == 0) {
-    std::fill(c, c + m * n, bfloat16_t{});
+  if (trivial(c, m, k, n)) {
     return;
   }
   gemm(reinterpret_cast<const element*>(a), nullptr, reinterpret_cast<element*>(c), m, k, n,

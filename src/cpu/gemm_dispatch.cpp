@@ -120,10 +120,6 @@ gemm_kernel kernel_from_environment(const char* variable,
   bad_environment_variable(variable, *value, names);
 }
 
-}  // namespace
-
-namespace {
-
 // Whether CPUID names Intel as the vendor (asked once).
 bool cpu_is_intel() noexcept {
 #if COTENSOR_HAVE_CPUID
