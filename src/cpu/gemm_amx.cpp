@@ -271,14 +271,19 @@ COTENSOR_AMX_TARGET void pack_a_block(const element* a,
   const std::int64_t row0 = block * block_rows;
   const std::int64_t rows = m - row0 > half_rows ? block_rows : half_rows;
   for (std::int64_t r = 0; r < rows; ++r) {
+    element* const row_out = out + r * chunk_k;
+    if (row0 + r >= m) {
+      for (std::int64_t q = q0; q < q1; ++q) {
+        _mm512_storeu_si512(row_out + (q - q0) * chunk_elements, _mm512_setzero_si512());
+      }
+      continue;
+    }
     const element* row = a + (row0 + r) * k;
     for (std::int64_t q = q0; q < q1; ++q) {
       const std::int64_t left = k - q * chunk_k;
-      const __mmask32 mask = row0 + r >= m ? 0U
-                             : left >= chunk_k
-                                 ? ~__mmask32{0}
-                                 : static_cast<__mmask32>((std::uint32_t{1} << left) - 1U);
-      _mm512_storeu_si512(out + (q - q0) * chunk_elements + r * chunk_k,
+      const __mmask32 mask =
+          left >= chunk_k ? ~__mmask32{0} : static_cast<__mmask32>((std::uint32_t{1} << left) - 1U);
+      _mm512_storeu_si512(row_out + (q - q0) * chunk_elements,
                           _mm512_maskz_loadu_epi16(mask, row + q * chunk_k));
     }
   }
@@ -320,10 +325,11 @@ void gemm(const element* a,
                             : nullptr;
       const std::int64_t end = std::min(panels, (t + 1) * tile_panels);
       for (std::int64_t j = t * tile_panels; j < end; ++j) {
-        const word* panel = prepacked + j * panel_words;
-        if (prepacked == nullptr) {
+        const word* panel = own;
+        if (prepacked != nullptr) {
+          panel = prepacked + j * panel_words;
+        } else {
           avx512::pack_b_panel<bf16_steps>(b, k, n, j * nr, steps, own);
-          panel = own;
         }
         if (m <= half_rows) {
           panel_product(packed_a.get(), panel, chunks, sums);

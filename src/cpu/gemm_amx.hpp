@@ -6,9 +6,10 @@
 // c = a · b for row-major bfloat16, accumulated in float32 by tdpbf16ps and rounded once, as
 // bfloat16_t(float) rounds. A block of 32 rows x 32 columns of C is four tiles of 16 x 16 float32
 // sums; each tdpbf16ps adds 16 rows of A times 32 steps of k (16 pairs) times 16 columns of B.
-// A is packed into blocks of 32 rows, each 32 k a contiguous 2 KiB (zero padded past m and k);
-// B is in the AVX-512 kernels' panels of 64 columns (gemm_avx512.hpp), whose rows are the pairs
-// that tdpbf16ps reads, zero padded to a whole number of tiles.
+// A is read in place in blocks of 32 rows, 32 k a chunk (a last chunk past k, a last block of
+// fewer rows and the few rows of a decode step packed, zero padded past m and k); B is in the
+// AVX-512 kernels' panels of 64 columns (gemm_avx512.hpp), whose rows are the pairs that
+// tdpbf16ps reads, zero padded to a whole number of tiles.
 //
 // Every element of C is the sum over k's chunks of 32 in order from the first, each chunk one
 // tdpbf16ps, whatever m, the blocking, the path (B packed here, laid out beforehand or packed

@@ -1,6 +1,7 @@
 #include "cpu/gemm_dispatch.hpp"
 
 #include "support/environment.hpp"
+#include "support/function_ref.hpp"
 
 #include <initializer_list>
 #include <stdexcept>
@@ -90,26 +91,29 @@ bool cpu_has_amx_bf16() noexcept {
 
 namespace {
 
-// A kernel that COTENSOR_GEMM_* may name: whether this CPU runs it, and its instructions for
-// the error when it does not.
+// A kernel that COTENSOR_GEMM_* may name: whether this CPU runs it (asked only when it is
+// named: asking for AMX requests the tiles' state for the whole process), and its
+// instructions for the error when it does not.
 struct named_kernel {
   gemm_kernel kernel;
-  bool runs;
+  bool (*runs)() noexcept;
   const char* instructions;
 };
 
-// The kernel `variable` names among `kernels` ("auto" or unset: `automatic`).
+bool always() noexcept { return true; }
+
+// The kernel `variable` names among `kernels` ("auto" or unset: `automatic()`).
 gemm_kernel kernel_from_environment(const char* variable,
                                     std::initializer_list<named_kernel> kernels,
-                                    gemm_kernel automatic) {
+                                    function_ref<gemm_kernel()> automatic) {
   const auto value = environment_variable(variable);
   if (!value || value->empty() || *value == "auto") {
-    return automatic;
+    return automatic();
   }
   std::string names = "auto";
   for (const named_kernel& k : kernels) {
     if (*value == to_string(k.kernel)) {
-      if (!k.runs) {
+      if (!k.runs()) {
         throw std::runtime_error(std::string("cotensor: ") + variable + "=" + *value +
                                  ", but this CPU has no " + k.instructions);
       }
@@ -146,24 +150,28 @@ gemm_kernel f32_gemm_kernel_for_this_call(std::int64_t rows) {
   // tiles beat it past a decode step's rows (285-318 against 248-270 GFLOP/s at 1000² to
   // 4000²), and cotensor's row path keeps the products of few rows; OpenBLAS where the CPU
   // lacks AVX-512.
-  const gemm_kernel automatic =
-      !cpu_has_avx512() || (cpu_is_intel() && rows > f32_rows_on_own_kernel) ? gemm_kernel::openblas
-                                                                             : gemm_kernel::avx512;
   return kernel_from_environment(
       "COTENSOR_GEMM_F32",
-      {{gemm_kernel::avx512, cpu_has_avx512(), "AVX-512"}, {gemm_kernel::openblas, true, ""}},
-      automatic);
+      {{gemm_kernel::avx512, cpu_has_avx512, "AVX-512"}, {gemm_kernel::openblas, always, ""}},
+      [rows] {
+        return !cpu_has_avx512() || (cpu_is_intel() && rows > f32_rows_on_own_kernel)
+                   ? gemm_kernel::openblas
+                   : gemm_kernel::avx512;
+      });
 }
 
 gemm_kernel bf16_gemm_kernel_for_this_call() {
-  const gemm_kernel automatic = cpu_has_amx_bf16()      ? gemm_kernel::amx_bf16
-                                : cpu_has_avx512_bf16() ? gemm_kernel::avx512_bf16
-                                                        : gemm_kernel::convert;
-  return kernel_from_environment("COTENSOR_GEMM_BF16",
-                                 {{gemm_kernel::amx_bf16, cpu_has_amx_bf16(), "AMX-BF16"},
-                                  {gemm_kernel::avx512_bf16, cpu_has_avx512_bf16(), "AVX-512 BF16"},
-                                  {gemm_kernel::convert, true, ""}},
-                                 automatic);
+  return kernel_from_environment(
+      "COTENSOR_GEMM_BF16",
+      {{gemm_kernel::amx_bf16, cpu_has_amx_bf16,
+        "AMX-BF16 (or Linux refused the tiles' state: arch_prctl ARCH_REQ_XCOMP_PERM)"},
+       {gemm_kernel::avx512_bf16, cpu_has_avx512_bf16, "AVX-512 BF16"},
+       {gemm_kernel::convert, always, ""}},
+      [] {
+        return cpu_has_amx_bf16()      ? gemm_kernel::amx_bf16
+               : cpu_has_avx512_bf16() ? gemm_kernel::avx512_bf16
+                                       : gemm_kernel::convert;
+      });
 }
 
 }  // namespace cotensor::detail::cpu
