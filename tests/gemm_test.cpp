@@ -176,13 +176,16 @@ TEST_SUITE("gemm") {
   }
 
   TEST_CASE("bfloat16 GEMM, every kernel, gives the same bits on 1, 2 and 3 workers") {
-    // Many rows (tiles of C; the AMX kernel's of 256 rows past k = 2048) and few (the workers
-    // share B's panels).
-    const gemm_case shapes[] = {{150, 1100, 700}, {300, 2100, 300}, {40, 300, 700}};
+    // Many rows, and for cotensor's own kernels also the AMX kernel's tiles of 256 rows (k past
+    // 2048) and few rows (the workers share B's panels). (The converting path on OpenBLAS
+    // promises nothing of the kind: OpenBLAS's edge kernels along n give other bits where the
+    // workers' column tiles end, as under qemu's Haswell for 40 rows.)
+    const std::vector<gemm_case> all{{150, 1100, 700}};
+    const std::vector<gemm_case> own{{150, 1100, 700}, {300, 2100, 300}, {40, 300, 700}};
     for (const std::string& kernel : bf16_kernels()) {
       CAPTURE(kernel);
       const scoped_environment forced("COTENSOR_GEMM_BF16", kernel.c_str());
-      for (const gemm_case& c : shapes) {
+      for (const gemm_case& c : kernel == "convert" ? all : own) {
         CAPTURE(c.m);
         const auto a = values(c.m * c.k, 5, false);
         const auto b = values(c.k * c.n, 6, false);
