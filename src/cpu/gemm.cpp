@@ -13,6 +13,7 @@
 #include "cpu/gemm_avx512.hpp"
 #include "cpu/gemm_dispatch.hpp"
 #include "cpu/gemm_scratch.hpp"
+#include "cpu/gemm_trivial.hpp"
 #include "cpu/half_convert.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/openblas.hpp"
@@ -25,11 +26,7 @@ namespace cotensor::detail::cpu {
 
 void sgemm(
     const float* a, const float* b, float* c, std::int64_t m, std::int64_t k, std::int64_t n) {
-  if (m == 0 || n == 0) {
-    return;
-  }
-  if (k == 0) {
-    std::fill(c, c + m * n, 0.0F);
+  if (trivial_gemm(c, m, k, n)) {
     return;
   }
   if (f32_gemm_kernel_for_this_call(m) == gemm_kernel::avx512) {
@@ -74,11 +71,7 @@ namespace {
 
 void dgemm(
     const double* a, const double* b, double* c, std::int64_t m, std::int64_t k, std::int64_t n) {
-  if (m == 0 || n == 0) {
-    return;
-  }
-  if (k == 0) {
-    std::fill(c, c + m * n, 0.0);
+  if (trivial_gemm(c, m, k, n)) {
     return;
   }
   const auto blas_dgemm = openblas().dgemm;
@@ -112,11 +105,7 @@ void from_float(const float* in, T* out, std::int64_t n) {
 
 template <class T>
 void half_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std::int64_t n) {
-  if (m == 0 || n == 0) {
-    return;
-  }
-  if (k == 0) {  // no scratch of 0 bytes
-    std::fill(c, c + m * n, T(0.0F));
+  if (trivial_gemm(c, m, k, n)) {  // no scratch of 0 bytes
     return;
   }
   if constexpr (std::is_same_v<T, bfloat16_t>) {

@@ -30,6 +30,7 @@
 #include "cpu/gemm_avx512_steps.hpp"
 #include "cpu/gemm_avx512_tile.hpp"
 #include "cpu/gemm_scratch.hpp"
+#include "cpu/gemm_trivial.hpp"
 #include "cpu/kernels.hpp"
 
 #include <algorithm>
@@ -225,13 +226,9 @@ COTENSOR_AMX_TARGET void store_panel(const float* sums,
                                      const element* bias) {
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t t = 0; t < 4 && t * half_rows < cols; ++t) {
-      const __mmask16 mask = lanes(cols - t * half_rows);
-      const __m512 s = _mm512_loadu_ps(sums + t * tile_sums + r * half_rows);
-      const __m512 x = bias == nullptr
-                           ? s
-                           : _mm512_add_ps(bf16_steps::rounded(s),
-                                           bf16_steps::load_elements(bias + t * half_rows, mask));
-      bf16_steps::store(c + r * ldc + t * half_rows, x, mask);
+      avx512::store_plus_bias<bf16_steps>(
+          c + r * ldc + t * half_rows, _mm512_loadu_ps(sums + t * tile_sums + r * half_rows),
+          lanes(cols - t * half_rows), bias == nullptr ? nullptr : bias + t * half_rows);
     }
   }
 }
@@ -247,13 +244,10 @@ COTENSOR_AMX_TARGET void store_block(const float* sums,
   const __mmask16 mask[2] = {lanes(cols), lanes(cols - half_rows)};
   for (std::int64_t r = 0; r < std::min(rows, block_rows); ++r) {
     for (std::int64_t h = 0; h < 2 && h * half_rows < cols; ++h) {
-      const __m512 s =
-          _mm512_loadu_ps(sums + (r / half_rows * 2 + h) * tile_sums + r % half_rows * half_rows);
-      const __m512 x =
-          bias == nullptr ? s
-                          : _mm512_add_ps(bf16_steps::rounded(s),
-                                          bf16_steps::load_elements(bias + h * half_rows, mask[h]));
-      bf16_steps::store(c + r * ldc + h * half_rows, x, mask[h]);
+      avx512::store_plus_bias<bf16_steps>(
+          c + r * ldc + h * half_rows,
+          _mm512_loadu_ps(sums + (r / half_rows * 2 + h) * tile_sums + r % half_rows * half_rows),
+          mask[h], bias == nullptr ? nullptr : bias + h * half_rows);
     }
   }
 }
@@ -363,15 +357,22 @@ void gemm(const element* a,
   element* const tail_chunks = packed_a.get() + packed_blocks * chunks * chunk_elements;
   const gemm_scratch<word> packed_scratch(prepacked == nullptr ? panels * panel_words : 0);
   const word* const packed_b = prepacked == nullptr ? packed_scratch.get() : prepacked;
-  parallel_tiles(blocks + (prepacked == nullptr ? panels : 0), [&](std::int64_t t) {
-    if (t >= blocks) {
-      avx512::pack_b_panel<bf16_steps>(b, k, n, (t - blocks) * nr, steps,
-                                       packed_scratch.get() + (t - blocks) * panel_words);
-    } else if (t >= whole_blocks) {
-      pack_a_block(a, m, k, t, 0, chunks,
-                   packed_a.get() + (t - whole_blocks) * chunks * chunk_elements);
-    } else if (tails) {
-      pack_a_block(a, m, k, t, whole_chunks, chunks, tail_chunks + t * chunk_elements);
+  // The blocks with something to pack: every block when k has a last chunk, else the last
+  // block of fewer rows alone (if any).
+  const std::int64_t first_packing = tails ? 0 : whole_blocks;
+  const std::int64_t a_packing = blocks - first_packing;
+  parallel_tiles(a_packing + (prepacked == nullptr ? panels : 0), [&](std::int64_t t) {
+    if (t >= a_packing) {
+      avx512::pack_b_panel<bf16_steps>(b, k, n, (t - a_packing) * nr, steps,
+                                       packed_scratch.get() + (t - a_packing) * panel_words);
+      return;
+    }
+    const std::int64_t block = first_packing + t;
+    if (block >= whole_blocks) {
+      pack_a_block(a, m, k, block, 0, chunks,
+                   packed_a.get() + (block - whole_blocks) * chunks * chunk_elements);
+    } else {
+      pack_a_block(a, m, k, block, whole_chunks, chunks, tail_chunks + block * chunk_elements);
     }
   });
   // Block `block`'s chunks [q0, q0 + count) as block_product takes them.
@@ -426,18 +427,6 @@ void gemm(const element* a,
   });
 }
 
-// c = 0 when k is 0; whether there is nothing left to do.
-bool trivial(bfloat16_t* c, std::int64_t m, std::int64_t k, std::int64_t n) {
-  if (m == 0 || n == 0) {
-    return true;
-  }
-  if (k == 0) {
-    std::fill(c, c + m * n, bfloat16_t{});
-    return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 void bf16_gemm_amx(const bfloat16_t* a,
@@ -446,7 +435,7 @@ void bf16_gemm_amx(const bfloat16_t* a,
                    std::int64_t m,
                    std::int64_t k,
                    std::int64_t n) {
-  if (trivial(c, m, k, n)) {
+  if (trivial_gemm(c, m, k, n)) {
     return;
   }
   gemm(reinterpret_cast<const element*>(a), reinterpret_cast<const element*>(b),
@@ -463,7 +452,7 @@ void gemm_packed_amx(const bfloat16_t* a,
   if (bias != nullptr && k == 0) {
     throw std::invalid_argument("cotensor: a GEMM's bias needs k > 0");  // the frontend adds it
   }
-  if (trivial(c, m, k, n)) {
+  if (trivial_gemm(c, m, k, n)) {
     return;
   }
   gemm(reinterpret_cast<const element*>(a), nullptr, reinterpret_cast<element*>(c), m, k, n,

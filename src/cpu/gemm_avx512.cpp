@@ -19,6 +19,7 @@
 #include "cpu/gemm_avx512_steps.hpp"
 #include "cpu/gemm_avx512_tile.hpp"
 #include "cpu/gemm_scratch.hpp"
+#include "cpu/gemm_trivial.hpp"
 #include "cpu/kernels.hpp"
 
 #include <algorithm>
@@ -229,10 +230,11 @@ void gemm(const typename Steps::element* a,
         const std::int64_t panel_cols = std::min(nr, end - j);
         for (std::int64_t p0 = 0; p0 < steps; p0 += column_kc) {
           const std::int64_t block = std::min(column_kc, steps - p0);
-          // B's next block lies right after this one, in this panel or at the next one's start:
-          // one stream, a share of it asked for by each group. (A prefetch past B's end is
-          // harmless: it never faults.)
-          const auto* const next = reinterpret_cast<const char*>(panel + (p0 + block) * nr);
+          // B's next block lies right after this one in this panel, or past its padding at the
+          // next one's start: one stream, a share of it asked for by each group. (A prefetch
+          // past B's end is harmless: it never faults.)
+          const auto* const next = reinterpret_cast<const char*>(
+              p0 + block < steps ? panel + (p0 + block) * nr : panel + panel_words);
           const std::int64_t share = block * nr * static_cast<std::int64_t>(sizeof(word)) / groups;
           const std::int64_t per_step = (share + 64 * block - 1) / (64 * block) * 64;
           for (std::int64_t g = 0; g < groups; ++g) {
@@ -277,24 +279,11 @@ void gemm(const typename Steps::element* a,
   });
 }
 
-// c = 0 when k is 0; whether there is anything left to do.
-template <class T>
-bool trivial(T* c, std::int64_t m, std::int64_t k, std::int64_t n) {
-  if (m == 0 || n == 0) {
-    return true;
-  }
-  if (k == 0) {
-    std::fill(c, c + m * n, T{});
-    return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 void sgemm_avx512(
     const float* a, const float* b, float* c, std::int64_t m, std::int64_t k, std::int64_t n) {
-  if (!trivial(c, m, k, n)) {
+  if (!trivial_gemm(c, m, k, n)) {
     gemm<f32_steps>(a, b, c, m, k, n);
   }
 }
@@ -306,7 +295,7 @@ void bf16_gemm_avx512(const bfloat16_t* a,
                       std::int64_t k,
                       std::int64_t n) {
   auto* c16 = reinterpret_cast<std::uint16_t*>(c);
-  if (!trivial(c16, m, k, n)) {
+  if (!trivial_gemm(c16, m, k, n)) {
     gemm<bf16_steps>(reinterpret_cast<const std::uint16_t*>(a),
                      reinterpret_cast<const std::uint16_t*>(b), c16, m, k, n);
   }
@@ -341,7 +330,7 @@ void gemm_packed(const void* a,
   if (bias != nullptr && k == 0) {
     throw std::invalid_argument("cotensor: a GEMM's bias needs k > 0");  // the frontend adds it
   }
-  if (!trivial(ce, m, k, n)) {
+  if (!trivial_gemm(ce, m, k, n)) {
     gemm<Steps>(static_cast<const element*>(a), nullptr, ce, m, k, n,
                 static_cast<const typename Steps::word*>(packed),
                 static_cast<const element*>(bias));
@@ -382,7 +371,7 @@ bool f16_gemm_rows_avx512(const float16_t* a,
     return false;
   }
   auto* c16 = reinterpret_cast<std::uint16_t*>(c);
-  if (!trivial(c16, m, k, n)) {
+  if (!trivial_gemm(c16, m, k, n)) {
     row_gemm<f16_steps>(reinterpret_cast<const std::uint16_t*>(a),
                         reinterpret_cast<const std::uint16_t*>(b), c16, m, k, n);
   }

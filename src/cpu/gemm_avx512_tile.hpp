@@ -56,6 +56,19 @@ COTENSOR_AVX512_TARGET inline __mmask16 lanes(std::int64_t left) {
                           (1U << static_cast<unsigned>(std::max<std::int64_t>(left, 0))) - 1U);
 }
 
+// The lanes of `mask` of sums x to out as Steps::store rounds them, plus the lanes of `bias`
+// where it is set: each sum rounded, the bias added in float, the sum rounded (operator+'s bits).
+template <class Steps>
+COTENSOR_AVX512_TARGET inline void store_plus_bias(typename Steps::element* out,
+                                                   __m512 x,
+                                                   __mmask16 mask,
+                                                   const typename Steps::element* bias) {
+  if (bias != nullptr) {
+    x = _mm512_add_ps(Steps::rounded(x), Steps::load_elements(bias, mask));
+  }
+  Steps::store(out, x, mask);
+}
+
 // The sums of a `rows` x (16 * vectors) tile over `steps` steps from a.a, from and to `io`;
 // `vectors` is 4 but in the last panel of a narrower B, `rows` 6 but in a last panel of A with
 // fewer rows (a decode step's products, one row or 32 sequences' 6 x 5 + 2: no multiply-adds on
@@ -112,11 +125,8 @@ COTENSOR_AVX512_TARGET void micro_tile(a_panel<Steps> a,
 #pragma GCC unroll 4
     for (int v = 0; v < vectors; ++v) {
       if (io.out != nullptr) {
-        const __m512 x = io.bias == nullptr
-                             ? acc[r][v]
-                             : _mm512_add_ps(Steps::rounded(acc[r][v]),
-                                             Steps::load_elements(io.bias + 16 * v, mask[v]));
-        Steps::store(io.out + r * io.ldo + 16 * v, x, mask[v]);
+        store_plus_bias<Steps>(io.out + r * io.ldo + 16 * v, acc[r][v], mask[v],
+                               io.bias == nullptr ? nullptr : io.bias + 16 * v);
       } else {
         _mm512_mask_storeu_ps(io.sums + r * io.lds + 16 * v, mask[v], acc[r][v]);
       }

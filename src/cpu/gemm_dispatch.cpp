@@ -21,6 +21,28 @@
 
 namespace cotensor::detail::cpu {
 
+#if COTENSOR_HAVE_CPUID
+namespace {
+
+// CPUID's four registers for `leaf` and `subleaf`, all zero past the CPU's highest leaf.
+struct cpuid_words {
+  unsigned eax = 0;
+  unsigned ebx = 0;
+  unsigned ecx = 0;
+  unsigned edx = 0;
+};
+
+cpuid_words cpuid(unsigned leaf, unsigned subleaf) noexcept {
+  cpuid_words w;
+  if (__get_cpuid_count(leaf, subleaf, &w.eax, &w.ebx, &w.ecx, &w.edx) == 0) {
+    return {};
+  }
+  return w;
+}
+
+}  // namespace
+#endif
+
 std::string_view to_string(gemm_kernel k) noexcept {
   switch (k) {
   case gemm_kernel::avx512:
@@ -52,15 +74,8 @@ bool cpu_has_avx512() noexcept {
 
 bool cpu_has_avx512_bf16() noexcept {
 #if COTENSOR_HAVE_CPUID
-  static const bool has = [] {
-    unsigned eax = 0;
-    unsigned ebx = 0;
-    unsigned ecx = 0;
-    unsigned edx = 0;
-    // CPUID leaf 7, sub-leaf 1, EAX bit 5: AVX512_BF16.
-    return cpu_has_avx512() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 &&
-           (eax & (1U << 5)) != 0;
-  }();
+  // CPUID leaf 7, sub-leaf 1, EAX bit 5: AVX512_BF16.
+  static const bool has = cpu_has_avx512() && (cpuid(7, 1).eax & (1U << 5)) != 0;
   return has;
 #else
   return false;
@@ -70,13 +85,9 @@ bool cpu_has_avx512_bf16() noexcept {
 bool cpu_has_amx_bf16() noexcept {
 #if COTENSOR_HAVE_CPUID && defined(__linux__) && defined(SYS_arch_prctl)
   static const bool has = [] {
-    unsigned eax = 0;
-    unsigned ebx = 0;
-    unsigned ecx = 0;
-    unsigned edx = 0;
     // CPUID leaf 7, sub-leaf 0, EDX bit 22: AMX-BF16; bit 24: AMX-TILE.
-    if (!cpu_has_avx512_bf16() || __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 ||
-        (edx & (1U << 22)) == 0 || (edx & (1U << 24)) == 0) {
+    const unsigned edx = cpuid(7, 0).edx;
+    if (!cpu_has_avx512_bf16() || (edx & (1U << 22)) == 0 || (edx & (1U << 24)) == 0) {
       return false;
     }
     constexpr long arch_req_xcomp_perm = 0x1023;
@@ -127,14 +138,10 @@ gemm_kernel kernel_from_environment(const char* variable,
 // Whether CPUID names Intel as the vendor (asked once).
 bool cpu_is_intel() noexcept {
 #if COTENSOR_HAVE_CPUID
+  // "GenuineIntel" in EBX, EDX, ECX of leaf 0.
   static const bool intel = [] {
-    unsigned eax = 0;
-    unsigned ebx = 0;
-    unsigned ecx = 0;
-    unsigned edx = 0;
-    // "GenuineIntel" in EBX, EDX, ECX.
-    return __get_cpuid(0, &eax, &ebx, &ecx, &edx) != 0 && ebx == 0x756E6547U &&
-           edx == 0x49656E69U && ecx == 0x6C65746EU;
+    const cpuid_words w = cpuid(0, 0);
+    return w.ebx == 0x756E6547U && w.edx == 0x49656E69U && w.ecx == 0x6C65746EU;
   }();
   return intel;
 #else
