@@ -2,7 +2,7 @@
 // (cpu/gemm_avx512.hpp), else OpenBLAS SGEMM calls on tiles that the backend's workers share
 // (OpenBLAS is opened with its first GEMM: cpu/openblas.hpp); float64 on OpenBLAS DGEMM.
 // bfloat16 runs cotensor's own AMX kernel where the CPU has AMX-BF16, its vdpbf16ps kernel where
-// it has AVX-512 BF16.
+// it has AVX-512 BF16 (on Intel without AMX only up to 64 rows: cpu/gemm_dispatch.hpp).
 // COTENSOR_GEMM_F32 and COTENSOR_GEMM_BF16 force a path. float16, and bfloat16 elsewhere, go
 // through float32: the operands are converted, multiplied by SGEMM and the result rounded once
 // (Debian's OpenBLAS 0.3.21 exports no sbgemm); float16 products of few rows on the AVX-512
@@ -109,7 +109,7 @@ void half_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std
     return;
   }
   if constexpr (std::is_same_v<T, bfloat16_t>) {
-    const gemm_kernel kernel = bf16_gemm_kernel_for_this_call();
+    const gemm_kernel kernel = bf16_gemm_kernel_for_this_call(m);
     if (kernel == gemm_kernel::amx_bf16) {
       bf16_gemm_amx(a, b, c, m, k, n);
       return;
