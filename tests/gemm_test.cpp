@@ -42,6 +42,12 @@ std::vector<std::string> f32_kernels() {
 // runs the float32 kernel the CPU picks).
 std::vector<std::string> bf16_kernels() {
   std::vector<std::string> kernels{"convert"};
+  if (cpu_has_avx512()) {
+    kernels.push_back("avx512");
+  } else {
+    MESSAGE("this CPU has no AVX-512: the bfloat16 GEMM on its float32 multiply-adds is not "
+            "tested here");
+  }
   if (cpu_has_avx512_bf16()) {
     kernels.push_back("avx512_bf16");
   } else {
@@ -333,8 +339,8 @@ TEST_SUITE("gemm") {
   TEST_CASE("auto runs the kernel measured faster on this CPU") {
     // Seen through the bits: each kernel sums in its own order, so `auto`'s result is the
     // forced kernel's. float32: cotensor's kernel, but OpenBLAS past 64 rows on Intel (and
-    // without AVX-512); bfloat16: AMX, else vdpbf16ps (but the converting path past 64 rows on
-    // Intel), else the converting path.
+    // without AVX-512); bfloat16: AMX, else vdpbf16ps on AMD, else on AVX-512 the float32
+    // multiply-adds up to 64 rows, else the converting path.
     const auto product = [](dtype t, std::int64_t m, const char* variable, const char* kernel) {
       const scoped_environment forced(variable, kernel);
       // k past OpenBLAS's block along k, whose sums it adds to C's: another order than ours.
@@ -352,9 +358,10 @@ TEST_SUITE("gemm") {
       CAPTURE(f32);
       CHECK(product(dtype::float32, m, "COTENSOR_GEMM_F32", "auto") ==
             product(dtype::float32, m, "COTENSOR_GEMM_F32", f32));
-      const char* bf16 = cpu_has_amx_bf16()                                     ? "amx_bf16"
-                         : cpu_has_avx512_bf16() && !(cpu_is_intel() && m > 64) ? "avx512_bf16"
-                                                                                : "convert";
+      const char* bf16 = cpu_has_amx_bf16()                         ? "amx_bf16"
+                         : cpu_has_avx512_bf16() && !cpu_is_intel() ? "avx512_bf16"
+                         : cpu_has_avx512() && m <= 64              ? "avx512"
+                                                                    : "convert";
       CAPTURE(bf16);
       CHECK(product(dtype::bfloat16, m, "COTENSOR_GEMM_BF16", "auto") ==
             product(dtype::bfloat16, m, "COTENSOR_GEMM_BF16", bf16));
@@ -373,7 +380,47 @@ TEST_SUITE("gemm") {
         CAPTURE(m);
         CHECK(product(dtype::bfloat16, m, "COTENSOR_GEMM_BF16", "avx512_bf16") !=
               product(dtype::bfloat16, m, "COTENSOR_GEMM_BF16", "convert"));
+        CHECK(product(dtype::bfloat16, m, "COTENSOR_GEMM_BF16", "avx512_bf16") !=
+              product(dtype::bfloat16, m, "COTENSOR_GEMM_BF16", "avx512"));
       }
+    }
+    if (cpu_has_avx512() && cpu_is_intel()) {
+      // Past 64 rows the converting path runs OpenBLAS there: other bits than the FMAs'.
+      CHECK(product(dtype::bfloat16, 150, "COTENSOR_GEMM_BF16", "avx512") !=
+            product(dtype::bfloat16, 150, "COTENSOR_GEMM_BF16", "convert"));
+    }
+  }
+
+  TEST_CASE("bfloat16 on float32 multiply-adds gives the converting path's bits on cotensor's "
+            "float32 kernel") {
+    if (!cpu_has_avx512()) {
+      MESSAGE("this CPU has no AVX-512: nothing to test");
+      return;
+    }
+    // Each pair split into its floats and added in k order: the float32 kernel's sums of the
+    // converted operands, rounded once. Every path: the calling thread's small products, the
+    // row path, the tiled path over blocks of k, an odd k, a last panel of B short of a vector.
+    const std::vector<gemm_case> shapes{{3, 5, 7},      {1, 300, 333},  {7, 301, 70},
+                                        {17, 640, 129}, {65, 129, 200}, {150, 1100, 700}};
+    for (const gemm_case& c : shapes) {
+      CAPTURE(c.m);
+      CAPTURE(c.k);
+      CAPTURE(c.n);
+      const auto a = values(c.m * c.k, 81, false);
+      const auto b = values(c.k * c.n, 82, false);
+      std::vector<bfloat16_t> split;
+      {
+        const scoped_environment forced("COTENSOR_GEMM_BF16", "avx512");
+        split = matmul_bf16(a, b, c);
+      }
+      const scoped_environment converting("COTENSOR_GEMM_BF16", "convert");
+      const scoped_environment on_own("COTENSOR_GEMM_F32", "avx512");
+      const auto converted = matmul_bf16(a, b, c);
+      std::int64_t differ = 0;
+      for (std::size_t i = 0; i < split.size(); ++i) {
+        differ += split[i].bits != converted[i].bits ? 1 : 0;
+      }
+      CHECK(differ == 0);
     }
   }
 
@@ -395,9 +442,17 @@ TEST_SUITE("gemm") {
   TEST_CASE("COTENSOR_GEMM_BF16 is read strictly, and a kernel the CPU lacks is refused") {
     const auto a = cotensor::ones({4, 4}, dtype::bfloat16);
     {
-      const scoped_environment forced("COTENSOR_GEMM_BF16", "avx512");
+      const scoped_environment forced("COTENSOR_GEMM_BF16", "openblas");
       CHECK_THROWS_WITH(cotensor::matmul(a, a).wait(),
-                        doctest::Contains("COTENSOR_GEMM_BF16='avx512'"));
+                        doctest::Contains("COTENSOR_GEMM_BF16='openblas'"));
+    }
+    {
+      const scoped_environment forced("COTENSOR_GEMM_BF16", "avx512");
+      if (cpu_has_avx512()) {
+        CHECK(cotensor::matmul(a, a).to_vector<float>() == std::vector<float>(16, 4.0F));
+      } else {
+        CHECK_THROWS_WITH(cotensor::matmul(a, a).wait(), doctest::Contains("no AVX-512"));
+      }
     }
     {
       const scoped_environment forced("COTENSOR_GEMM_BF16", "avx512_bf16");

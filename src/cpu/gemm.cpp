@@ -1,8 +1,9 @@
 // GEMM on the CPU: float32 on cotensor's own AVX-512 kernel where the CPU has AVX-512
 // (cpu/gemm_avx512.hpp), else OpenBLAS SGEMM calls on tiles that the backend's workers share
 // (OpenBLAS is opened with its first GEMM: cpu/openblas.hpp); float64 on OpenBLAS DGEMM.
-// bfloat16 runs cotensor's own AMX kernel where the CPU has AMX-BF16, its vdpbf16ps kernel where
-// it has AVX-512 BF16 (on Intel without AMX only up to 64 rows: cpu/gemm_dispatch.hpp).
+// bfloat16 runs cotensor's own AMX kernel where the CPU has AMX-BF16, its vdpbf16ps kernel on AMD
+// CPUs with AVX-512 BF16, and elsewhere on AVX-512 its kernel on float32 multiply-adds up to 64
+// rows (cpu/gemm_dispatch.hpp).
 // COTENSOR_GEMM_F32 and COTENSOR_GEMM_BF16 force a path. float16, and bfloat16 elsewhere, go
 // through float32: the operands are converted, multiplied by SGEMM and the result rounded once
 // (Debian's OpenBLAS 0.3.21 exports no sbgemm); float16 products of few rows on the AVX-512
@@ -118,6 +119,10 @@ void half_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std
       bf16_gemm_avx512(a, b, c, m, k, n);
       return;
     }
+    if (kernel == gemm_kernel::avx512) {
+      bf16_gemm_avx512_fma(a, b, c, m, k, n);
+      return;
+    }
   } else {
     // Few rows (a decode step): B's halves converted as they are read, not whole first; the
     // same bits as below on cotensor's float32 kernel.
@@ -184,7 +189,7 @@ void matmul(const matmul_args& args) {
 }
 
 // Packed only for cotensor's own kernels, and only when the kernel chosen now is one of them
-// (the AMX and AVX-512 BF16 kernels read the same panels).
+// (its three bfloat16 kernels read the same panels).
 std::int64_t packed_b_elements(dtype t, std::int64_t k, std::int64_t n) {
   const bool own =
       (t == dtype::float32 && f32_gemm_kernel_for_this_call() == gemm_kernel::avx512) ||
@@ -194,18 +199,25 @@ std::int64_t packed_b_elements(dtype t, std::int64_t k, std::int64_t n) {
 
 void pack_b(const pack_b_args& args) { pack_b_avx512(args.t, args.b, args.packed, args.k, args.n); }
 
+// bfloat16 panels packed under one of cotensor's kernels serve whichever runs now; with the
+// converting path forced, the float32 multiply-adds', whose bits it gives on cotensor's float32
+// kernel (and which, unlike vdpbf16ps, every CPU that packed them runs).
 void matmul_packed(const matmul_args& args) {
   const std::size_t item = itemsize(args.t);
-  const bool amx =
-      args.t == dtype::bfloat16 && bf16_gemm_kernel_for_this_call() == gemm_kernel::amx_bf16;
+  const gemm_kernel kernel =
+      args.t == dtype::bfloat16 ? bf16_gemm_kernel_for_this_call() : gemm_kernel::avx512;
   for (std::int64_t i = 0; i < args.batch; ++i) {
     const void* a = offset_bytes(args.a, i * args.a_stride, item);
     void* c = offset_bytes(args.c, i * args.m * args.n, item);
-    if (amx) {
-      gemm_packed_amx(static_cast<const bfloat16_t*>(a), args.b, static_cast<bfloat16_t*>(c),
-                      args.m, args.k, args.n, static_cast<const bfloat16_t*>(args.bias));
-    } else {
+    const auto* a16 = static_cast<const bfloat16_t*>(a);
+    auto* c16 = static_cast<bfloat16_t*>(c);
+    const auto* bias16 = static_cast<const bfloat16_t*>(args.bias);
+    if (args.t != dtype::bfloat16 || kernel == gemm_kernel::avx512_bf16) {
       gemm_packed_avx512(args.t, a, args.b, c, args.m, args.k, args.n, args.bias);
+    } else if (kernel == gemm_kernel::amx_bf16) {
+      gemm_packed_amx(a16, args.b, c16, args.m, args.k, args.n, bias16);
+    } else {
+      gemm_packed_bf16_avx512_fma(a16, args.b, c16, args.m, args.k, args.n, bias16);
     }
   }
 }

@@ -1,10 +1,12 @@
 // cotensor's AVX-512 GEMMs (cpu/gemm_avx512.hpp says what they compute).
 //
-// One driver for two kinds of step along k:
+// One driver for three kinds of step along k:
 // - float32: a step is one k; A's word is a[r][p], B's panel row is b[p][j..j+64).
 // - bfloat16: a step is a pair of k; A's word is (a[r][2p], a[r][2p+1]), one 32-bit word, and
 //   B's packed row holds (b[2p][j], b[2p+1][j]) in each 32-bit lane, the two bfloat16 that one
 //   vdpbf16ps lane multiplies by A's two and adds.
+// - bfloat16 on float32 multiply-adds: the same words, each split into its two floats and added
+//   by two vfmadd231ps, the first k first.
 // The register tile is 6 rows x 64 columns (24 zmm accumulators); each step broadcasts one word
 // of each of the 6 rows of A and loads 4 vectors of B. A's rows are read in place when its
 // words lie in them (always for float32; for bfloat16 when k is even); a last panel of fewer
@@ -300,6 +302,19 @@ void bf16_gemm_avx512(const bfloat16_t* a,
                      reinterpret_cast<const std::uint16_t*>(b), c16, m, k, n);
   }
 }
+void bf16_gemm_avx512_fma(const bfloat16_t* a,
+                          const bfloat16_t* b,
+                          bfloat16_t* c,
+                          std::int64_t m,
+                          std::int64_t k,
+                          std::int64_t n) {
+  auto* c16 = reinterpret_cast<std::uint16_t*>(c);
+  if (!trivial_gemm(c16, m, k, n)) {
+    gemm<bf16_fma_steps>(reinterpret_cast<const std::uint16_t*>(a),
+                         reinterpret_cast<const std::uint16_t*>(b), c16, m, k, n);
+  }
+}
+
 namespace {
 
 template <class Steps>
@@ -361,6 +376,16 @@ void gemm_packed_avx512(dtype t,
                        : gemm_packed<f32_steps>(a, packed, c, m, k, n, bias);
 }
 
+void gemm_packed_bf16_avx512_fma(const bfloat16_t* a,
+                                 const void* packed,
+                                 bfloat16_t* c,
+                                 std::int64_t m,
+                                 std::int64_t k,
+                                 std::int64_t n,
+                                 const bfloat16_t* bias) {
+  gemm_packed<bf16_fma_steps>(a, packed, c, m, k, n, bias);
+}
+
 bool f16_gemm_rows_avx512(const float16_t* a,
                           const float16_t* b,
                           float16_t* c,
@@ -396,6 +421,19 @@ void gemm_packed_avx512(
 void bf16_gemm_avx512(
     const bfloat16_t*, const bfloat16_t*, bfloat16_t*, std::int64_t, std::int64_t, std::int64_t) {
   throw std::runtime_error("cotensor: the AVX-512 BF16 GEMM is not built for this CPU");
+}
+void bf16_gemm_avx512_fma(
+    const bfloat16_t*, const bfloat16_t*, bfloat16_t*, std::int64_t, std::int64_t, std::int64_t) {
+  throw std::runtime_error("cotensor: the AVX-512 GEMM is not built for this CPU");
+}
+void gemm_packed_bf16_avx512_fma(const bfloat16_t*,
+                                 const void*,
+                                 bfloat16_t*,
+                                 std::int64_t,
+                                 std::int64_t,
+                                 std::int64_t,
+                                 const bfloat16_t*) {
+  throw std::runtime_error("cotensor: the AVX-512 GEMM is not built for this CPU");
 }
 #endif
 

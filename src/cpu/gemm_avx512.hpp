@@ -5,6 +5,9 @@
 // - float32: vfmadd231ps, a 6 x 64 register tile; against OpenBLAS SGEMM on tiles.
 // - bfloat16 with float32 accumulation: vdpbf16ps (AVX-512 BF16), the same tile over pairs
 //   along k; against the converting path (operands to float32, SGEMM, result rounded once).
+// - bfloat16 on float32 multiply-adds (any AVX-512): the same tile over the same pairs, each
+//   split into its two floats by a shift and a mask and added by two vfmadd231ps, for CPUs whose
+//   vdpbf16ps runs at half their FMAs' rate, or that have none.
 //
 // Both run one driver (GotoBLAS's loops): B packed once per GEMM into panels of 64 columns, by
 // the workers that first reach each column tile, and shared; A read in place (a last panel of
@@ -45,7 +48,19 @@ void bf16_gemm_avx512(const bfloat16_t* a,
                       std::int64_t k,
                       std::int64_t n);
 
-/// B [k, n] (float32, or bfloat16 where the CPU runs AVX-512 BF16) laid out once for
+/// c[m, n] = a[m, k] · b[k, n], row-major bfloat16, each pair of bfloat16 along k split into
+/// floats and added by vfmadd231ps in k order: the float32 kernel's sums of the converted
+/// operands, rounded once, so the bits of converting both to float32, sgemm_avx512 and rounding
+/// (but for the sign of a sum of exactly zero from underflowing products when k is odd); in
+/// parallel on the backend's workers. Requires cpu_has_avx512().
+void bf16_gemm_avx512_fma(const bfloat16_t* a,
+                          const bfloat16_t* b,
+                          bfloat16_t* c,
+                          std::int64_t m,
+                          std::int64_t k,
+                          std::int64_t n);
+
+/// B [k, n] (float32 or bfloat16) laid out once for
 /// gemm_packed_avx512, as the GEMMs above pack it for each call: panels of 64 columns, zero
 /// padded; the number of elements of B's dtype it takes (0 for an empty B). Weights multiplied
 /// at every decode step are packed once so: each worker then reads its columns of B as long
@@ -66,6 +81,15 @@ void gemm_packed_avx512(dtype t,
                         std::int64_t k,
                         std::int64_t n,
                         const void* bias = nullptr);
+/// The same for bfloat16 B packed by pack_b_avx512, on float32 multiply-adds: the bits of
+/// bf16_gemm_avx512_fma on B. Requires cpu_has_avx512().
+void gemm_packed_bf16_avx512_fma(const bfloat16_t* a,
+                                 const void* packed,
+                                 bfloat16_t* c,
+                                 std::int64_t m,
+                                 std::int64_t k,
+                                 std::int64_t n,
+                                 const bfloat16_t* bias = nullptr);
 
 /// c[m, n] = a[m, k] · b[k, n], row-major float16, for few rows (a decode step): B's halves
 /// converted to float32 as they are read, the float32 kernel's sums, rounded once; the same bits

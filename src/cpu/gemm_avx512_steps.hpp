@@ -262,6 +262,43 @@ struct bf16_steps {
   }
 };
 
+// bfloat16 on float32 multiply-adds: a step is a pair of k, as bf16_steps lays them out (B's
+// panels are the same), each pair split into its two floats (a shift and a mask: a bfloat16 is
+// the high half of its float32) and added by two vfmadd231ps, the first k first. Each element is
+// so the float32 kernel's sum of the operands converted to float32, in k order: the converting
+// path's bits on cotensor's float32 kernel. For CPUs whose vdpbf16ps runs at half the rate of
+// their FMAs (Intel without AMX).
+struct bf16_fma_steps : bf16_steps {
+  static constexpr bool loads_pairs = false;
+  struct pair {
+    __m512 first;   // k = 2p
+    __m512 second;  // k = 2p + 1
+  };
+  COTENSOR_AVX512_TARGET static pair split(__m512i words) {
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(words, 16)),
+            _mm512_castsi512_ps(
+                _mm512_and_si512(words, _mm512_set1_epi32(static_cast<int>(0xFFFF0000U))))};
+  }
+  COTENSOR_AVX512_TARGET static pair broadcast(word w) {
+    return split(_mm512_set1_epi32(static_cast<int>(w)));
+  }
+  COTENSOR_AVX512_TARGET static pair load_b(const word* b) { return split(_mm512_loadu_si512(b)); }
+  // 16 bfloat16 from `row` as floats.
+  COTENSOR_AVX512_TARGET static __m512 widened(const element* row) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row))), 16));
+  }
+  // Step p's two rows of B at columns [col, col + 16), read in place.
+  COTENSOR_AVX512_TARGET static pair
+  load_b_row(const element* b, std::int64_t k, std::int64_t n, std::int64_t p, std::int64_t col) {
+    const element* lo = b + 2 * p * n + col;
+    return {widened(lo), 2 * p + 1 < k ? widened(lo + n) : _mm512_setzero_ps()};
+  }
+  COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, pair a, pair b) {
+    return _mm512_fmadd_ps(a.second, b.second, _mm512_fmadd_ps(a.first, b.first, acc));
+  }
+};
+
 // float16 for few rows only (the row path): a step is one k, B's halves converted exactly to
 // float32 as they are loaded (vcvtph2ps), so each element is the float32 kernel's sum of the
 // converted operands, bit for bit: the converting path's result, without converting B whole.

@@ -169,24 +169,29 @@ gemm_kernel f32_gemm_kernel_for_this_call(std::int64_t rows) {
 
 gemm_kernel bf16_gemm_kernel_for_this_call(std::int64_t rows) {
   // Measured side by side (docs/performance.md): AMX's tiles where the CPU has them;
-  // vdpbf16ps on AMD Zen 4 and Zen 5 (two a cycle, twice the float32 multiply-adds' rate); on
-  // Intel CPUs without AMX (Emerald Rapids with the tiles hidden by its hypervisor) one
-  // vdpbf16ps retires every other cycle, half the rate of two float32 FMAs, and the converting
-  // path (float32 SGEMM) wins past bf16_rows_on_own_kernel rows (218 against 152 GFLOP/s at 256
-  // x 1000 x 1000), while fewer rows, whose time is B's reading, keep vdpbf16ps.
+  // vdpbf16ps on AMD Zen 4 and Zen 5 (as fast as the float32 multiply-adds on twice the
+  // products). On Intel CPUs without AMX (Emerald Rapids with the tiles hidden by its
+  // hypervisor) one vdpbf16ps retires every other cycle, half the rate of the FMAs: there the
+  // pairs split into floats on the FMAs up to bf16_rows_on_own_kernel rows and for B laid out
+  // beforehand, and past them the converting path (float32 SGEMM on OpenBLAS, faster there
+  // than cotensor's float32 kernel: 218 against 152 GFLOP/s for vdpbf16ps at 256 x 1000 x
+  // 1000). Without AVX-512 BF16, the same but for Intel's tiles.
   return kernel_from_environment(
       "COTENSOR_GEMM_BF16",
       {{gemm_kernel::amx_bf16, cpu_has_amx_bf16,
         "AMX-BF16 (or Linux refused the tiles' state: arch_prctl ARCH_REQ_XCOMP_PERM)"},
        {gemm_kernel::avx512_bf16, cpu_has_avx512_bf16, "AVX-512 BF16"},
+       {gemm_kernel::avx512, cpu_has_avx512, "AVX-512"},
        {gemm_kernel::convert, always, ""}},
       [rows] {
         if (cpu_has_amx_bf16()) {
           return gemm_kernel::amx_bf16;
         }
-        return cpu_has_avx512_bf16() && !(cpu_is_intel() && rows > bf16_rows_on_own_kernel)
-                   ? gemm_kernel::avx512_bf16
-                   : gemm_kernel::convert;
+        if (cpu_has_avx512_bf16() && !cpu_is_intel()) {
+          return gemm_kernel::avx512_bf16;
+        }
+        return cpu_has_avx512() && rows <= bf16_rows_on_own_kernel ? gemm_kernel::avx512
+                                                                   : gemm_kernel::convert;
       });
 }
 

@@ -43,14 +43,15 @@ inline constexpr std::int64_t f32_rows_on_own_kernel = 64;
 /// tests can force each path. Throws std::invalid_argument on any other value, and
 /// std::runtime_error when a kernel is forced on a CPU without its instructions.
 gemm_kernel f32_gemm_kernel_for_this_call(std::int64_t rows = 0);
-/// Rows past which "auto" sends an unpacked bfloat16 product on an Intel CPU without AMX to the
-/// converting path (float32 SGEMM), where vdpbf16ps runs at half the float32 multiply-adds' rate.
+/// Rows past which "auto" sends an unpacked bfloat16 product to the converting path (float32
+/// SGEMM) on an AVX-512 CPU without AMX that is Intel's or lacks AVX-512 BF16.
 inline constexpr std::int64_t bf16_rows_on_own_kernel = 64;
 
-/// The same for bfloat16 and COTENSOR_GEMM_BF16 ("amx_bf16", "avx512_bf16", "convert" or
-/// "auto": the first of the three this CPU runs, but the converting path for products of more
-/// than bf16_rows_on_own_kernel rows on Intel CPUs without AMX; 0 rows: a product laid out for,
-/// which stays on cotensor's kernel).
+/// The same for bfloat16 and COTENSOR_GEMM_BF16: "amx_bf16" (AMX tiles), "avx512_bf16"
+/// (vdpbf16ps), "avx512" (pairs split into floats on vfmadd231ps: the converting path's bits on
+/// cotensor's float32 kernel), "convert" (operands converted, SGEMM, one rounding) or "auto":
+/// AMX where the CPU and its kernel allow it, else vdpbf16ps on AMD, else on AVX-512 "avx512"
+/// up to bf16_rows_on_own_kernel rows and for a product laid out for (0 rows), else "convert".
 gemm_kernel bf16_gemm_kernel_for_this_call(std::int64_t rows = 0);
 
 }  // namespace cotensor::detail::cpu

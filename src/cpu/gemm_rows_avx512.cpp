@@ -26,8 +26,12 @@ COTENSOR_AVX512_TARGET void row_panel(const typename Steps::element* a,
   using word = typename Steps::word;
   constexpr std::int64_t width = 16 * vectors;
   // B's words two vectors at a time, their sums permuted until the end (bfloat16).
-  constexpr bool pairs = requires { Steps::loads_pairs; }
-  &&vectors % 2 == 0;
+  constexpr bool pairs = [] {
+    if constexpr (requires { Steps::loads_pairs; }) {
+      return Steps::loads_pairs && vectors % 2 == 0;
+    }
+    return false;
+  }();
   const std::int64_t cols = std::min(width, n - col0);
   __m512 acc[rows][vectors];
   for (int r = 0; r < rows; ++r) {
@@ -167,6 +171,12 @@ template void row_gemm<bf16_steps>(const std::uint16_t*,
                                    std::int64_t,
                                    std::int64_t,
                                    std::int64_t);
+template void row_gemm<bf16_fma_steps>(const std::uint16_t*,
+                                       const std::uint16_t*,
+                                       std::uint16_t*,
+                                       std::int64_t,
+                                       std::int64_t,
+                                       std::int64_t);
 template void row_gemm<f16_steps>(const std::uint16_t*,
                                   const std::uint16_t*,
                                   std::uint16_t*,
