@@ -290,29 +290,41 @@ void sgemm_avx512(
   }
 }
 
+namespace {
+
+// c = a · b for bfloat16 on the kind of step `Steps` (vdpbf16ps, or the pairs split on FMAs).
+template <class Steps>
+void bf16_gemm(const bfloat16_t* a,
+               const bfloat16_t* b,
+               bfloat16_t* c,
+               std::int64_t m,
+               std::int64_t k,
+               std::int64_t n) {
+  auto* c16 = reinterpret_cast<std::uint16_t*>(c);
+  if (!trivial_gemm(c16, m, k, n)) {
+    gemm<Steps>(reinterpret_cast<const std::uint16_t*>(a),
+                reinterpret_cast<const std::uint16_t*>(b), c16, m, k, n);
+  }
+}
+
+}  // namespace
+
 void bf16_gemm_avx512(const bfloat16_t* a,
                       const bfloat16_t* b,
                       bfloat16_t* c,
                       std::int64_t m,
                       std::int64_t k,
                       std::int64_t n) {
-  auto* c16 = reinterpret_cast<std::uint16_t*>(c);
-  if (!trivial_gemm(c16, m, k, n)) {
-    gemm<bf16_steps>(reinterpret_cast<const std::uint16_t*>(a),
-                     reinterpret_cast<const std::uint16_t*>(b), c16, m, k, n);
-  }
+  bf16_gemm<bf16_steps>(a, b, c, m, k, n);
 }
+
 void bf16_gemm_avx512_fma(const bfloat16_t* a,
                           const bfloat16_t* b,
                           bfloat16_t* c,
                           std::int64_t m,
                           std::int64_t k,
                           std::int64_t n) {
-  auto* c16 = reinterpret_cast<std::uint16_t*>(c);
-  if (!trivial_gemm(c16, m, k, n)) {
-    gemm<bf16_fma_steps>(reinterpret_cast<const std::uint16_t*>(a),
-                         reinterpret_cast<const std::uint16_t*>(b), c16, m, k, n);
-  }
+  bf16_gemm<bf16_fma_steps>(a, b, c, m, k, n);
 }
 
 namespace {

@@ -175,7 +175,7 @@ gemm_kernel bf16_gemm_kernel_for_this_call(std::int64_t rows) {
   // pairs split into floats on the FMAs up to bf16_rows_on_own_kernel rows and for B laid out
   // beforehand, and past them the converting path (float32 SGEMM on OpenBLAS, faster there
   // than cotensor's float32 kernel: 218 against 152 GFLOP/s for vdpbf16ps at 256 x 1000 x
-  // 1000). Without AVX-512 BF16, the same but for Intel's tiles.
+  // 1000). An AVX-512 CPU without AVX-512 BF16 takes the same two paths.
   return kernel_from_environment(
       "COTENSOR_GEMM_BF16",
       {{gemm_kernel::amx_bf16, cpu_has_amx_bf16,
