@@ -418,7 +418,9 @@ TEST_SUITE("runtime") {
     });
     {
       runtime rt({.worker_threads = 1, .inline_small_ops = false});
-      faults::delay_dispatch(1, 1s);        // the reader's hand-off ends 1 s after it is queued
+      // The reader's hand-off ends 5 s after it is queued: the reader and the wait below end
+      // well within that, also on two cores busy with other tests.
+      faults::delay_dispatch(1, 5s);
       const auto read = written * written;  // on rt; ready when the writer ends
       gate.open();
       CHECK(read.to_vector() == std::vector<float>(16, 4.0F));

@@ -290,6 +290,13 @@ struct listener_options {
   std::chrono::milliseconds idle_timeout{10000};
   /// The most time to write one response; past it the connection closes.
   std::chrono::milliseconds write_timeout{10000};
+  /// The kernel's send buffer (`SO_SNDBUF`) of a connection while it streams a response: how
+  /// far a stream runs ahead of a client that stops reading before its writes wait (and
+  /// `write_timeout` counts the client gone), where Linux grows the buffer to megabytes
+  /// otherwise; a language model's sequence pauses once its tokens wait for that write. After
+  /// the stream the buffer gets back the size it had (fixed from then on: Linux no longer
+  /// grows a buffer once it is set). 0 leaves the buffer to the system.
+  std::size_t stream_send_buffer_bytes = 64 << 10;
   /// The most open connections; one more is answered 503 with `Retry-After: 1` and closed.
   std::size_t max_connections = 4096;
   /// How long `drain` waits for the requests in flight before it closes their connections.

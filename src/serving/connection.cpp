@@ -20,6 +20,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -71,15 +72,30 @@ private:
 
 // A streamed response on a connection: the head, then each piece as an HTTP/1.1 chunk (HTTP/1.0:
 // the bytes as they are, and the connection closes after), each write bounded by the write
-// timeout (a client that stops reading is a client gone).
+// timeout (a client that stops reading is a client gone). While it streams, the socket's send
+// buffer is `send_buffer` bytes (0: left as it is), so that the writes of a client that stops
+// reading wait after that much instead of the megabytes Linux grows it to; the size it had
+// comes back when the stream is destroyed.
 class listener_state::socket_stream final : public handler::response_stream {
 public:
-  socket_stream(connection& c, const request& req, std::chrono::milliseconds timeout)
+  socket_stream(connection& c,
+                const request& req,
+                std::chrono::milliseconds timeout,
+                std::size_t send_buffer)
       : c_(c), chunked_(req.version() >= 11), keep_alive_(req.keep_alive() && chunked_),
-        timeout_(timeout) {}
+        timeout_(timeout), send_buffer_(send_buffer) {}
+  socket_stream(const socket_stream&) = delete;
+  socket_stream& operator=(const socket_stream&) = delete;
+  ~socket_stream() override {
+    if (restore_buffer_ > 0) {
+      boost::system::error_code ignored;  // the socket may be closed by now
+      c_.socket.set_option(asio::socket_base::send_buffer_size(restore_buffer_), ignored);
+    }
+  }
 
   asio::awaitable<bool> begin(response head) override {
     began_ = true;
+    bound_send_buffer();
     head_ = std::move(head);
     head_.keep_alive(keep_alive_);
     head_.chunked(chunked_);
@@ -123,10 +139,31 @@ public:
   int status() const { return head_.result_int(); }
 
 private:
+  void bound_send_buffer() {
+    if (send_buffer_ == 0) {
+      return;
+    }
+    asio::socket_base::send_buffer_size was;
+    boost::system::error_code ec;
+    c_.socket.get_option(was, ec);
+    if (ec) {
+      return;
+    }
+    // Set even when smaller now: Linux would grow it while the stream runs. Setting it ends
+    // that growth for the connection's life, so the size it had is what comes back.
+    c_.socket.set_option(asio::socket_base::send_buffer_size(static_cast<int>(send_buffer_)), ec);
+    if (!ec) {
+      // Linux doubles what is set (for its bookkeeping) and reports the doubled size.
+      restore_buffer_ = std::max(1, was.value() / 2);
+    }
+  }
+
   connection& c_;
   const bool chunked_;
   const bool keep_alive_;
   const std::chrono::milliseconds timeout_;
+  const std::size_t send_buffer_;
+  int restore_buffer_ = 0;  // the size to set back when destroyed (0: none)
   response head_;
   bool began_ = false;
   bool ok_ = true;
@@ -233,7 +270,7 @@ asio::awaitable<void> listener_state::session(std::shared_ptr<connection> cp) {
     }
     const auto start = clock_type::now();
     auto req = parser.release();
-    socket_stream stream(c, req, options_.write_timeout);
+    socket_stream stream(c, req, options_.write_timeout, options_.stream_send_buffer_bytes);
     bool streamed = false;
     std::optional<response> res = co_await answer(c, req, stream, streamed);
     if (streamed) {

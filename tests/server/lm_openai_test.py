@@ -137,6 +137,14 @@ def make_repository(root):
     config["max_position_embeddings"] = LONG
     (long / "config.json").write_text(json.dumps(config))
     (long / "cotensor.json").write_text(json.dumps({"max_running": 1, "max_waiting": 1}))
+    # `badchat`: gpt2-tiny with a chat template that uses a construct the renderer refuses.
+    bad = root / "badchat"
+    bad.mkdir()
+    for f in (DATA / "gpt2-tiny").iterdir():
+        os.symlink(f, bad / f.name)
+    (bad / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}\n"
+                          "{% macro greet(x) %}hi {{ x }}{% endmacro %}"}))
 
 
 LONG = 4096
@@ -170,6 +178,10 @@ def main():
         if rc != 0:
             FAILURES.append("exit status")
             print(f"FAIL exit status: {rc} after SIGTERM", flush=True)
+        # A write timeout of 1.5 s, for a reader that stops reading.
+        with serverproc.ServerProcess(args.server, repo,
+                                      ["--threads", "2", "--timeout-ms", "1500"]) as server:
+            run_slow_reader(server)
     if FAILURES:
         print(f"{len(FAILURES)} case(s) FAILED: {', '.join(FAILURES)}")
         return 1
@@ -376,6 +388,19 @@ def run_cases(server):
             with_openai = e
         assert with_openai is not None
 
+    @case("a chat template it cannot render: the model is refused at load, naming the construct")
+    def _():
+        said = [line for line in server.stderr_lines() if "model 'badchat' not loaded" in line]
+        assert len(said) == 1, server.stderr_lines()
+        assert "the statement 'macro' is not supported" in said[0], said[0]
+        assert "line 2" in said[0], said[0]
+        status, _, data = raw(server, "POST", "/v1/chat/completions",
+                              {"model": "badchat", "messages": [{"role": "user", "content": "hi"}]})
+        err = json.loads(data)["error"]
+        assert status == 404 and err["code"] == 404, (status, data)
+        assert "badchat" in err["message"] and err["param"] == "model", err
+        assert raw(server, "GET", "/v2/models/badchat/ready")[0] >= 400
+
     @case("a client gone mid-stream cancels its sequence and frees its blocks")
     def _():
         def figures():
@@ -450,6 +475,47 @@ def run_cases(server):
             assert metric(text, name, {"model": "gpt2"}) > 0, name
         assert metric(text, "cotensor_lm_num_requests_waiting", {"model": "gpt2"}) == 0
         metric(text, "cotensor_lm_prefix_cache_hits_total", {"model": "gpt2"})
+
+
+def run_slow_reader(server):
+    @case("a reader that stops reading: its sequence pauses, the write timeout cancels it")
+    def _():
+        def figures():
+            text = raw(server, "GET", "/metrics")[2].decode()
+            return [metric(text, name, {"model": "long"}) for name in (
+                "cotensor_lm_request_aborted_total", "cotensor_lm_num_requests_running",
+                "cotensor_lm_kv_cache_usage_perc", "cotensor_lm_generation_tokens_total")]
+        aborted, _, _, before = figures()
+        # A small receive window: what the client does not read waits in the server's send
+        # buffer, which the listener holds to 64 KiB while it streams (Linux would let it grow
+        # to megabytes, enough for the whole stream of ~200-byte events).
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect((server.host, server.port))
+        body = json.dumps({"model": "long", "prompt": "a", "max_tokens": LONG - 8,
+                           "stream": True, "ignore_eos": True, "temperature": 0}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                  b"\r\n\r\n" + body)
+        head = s.recv(64)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        try:  # then nothing more is read
+            deadline = time.time() + 120
+            while True:
+                done, running, usage, tokens = figures()
+                if done == aborted + 1 and running == 0 and usage == 0:
+                    break
+                assert time.time() < deadline, (done, running, usage, tokens - before)
+                time.sleep(0.05)
+            made = tokens - before
+            # It paused once the buffers and its `max_unread` tokens were full, far short of
+            # the stream's end, and the write that waited past 1.5 s ended it.
+            assert 64 < made < (LONG - 8) // 2, made
+        finally:
+            s.close()
+        status, _, data = raw(server, "POST", "/v1/completions",
+                              {"model": "long", "prompt": "a", "max_tokens": 5})
+        assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 5, data
 
 
 def drain(server):
