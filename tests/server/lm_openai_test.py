@@ -151,9 +151,13 @@ LONG = 4096
 DRAINED = 600
 
 
-def start_stream(server, model, max_tokens):
-    """A streaming completion on a raw socket, its response head read: the socket."""
-    s = socket.create_connection((server.host, server.port))
+def start_stream(server, model, max_tokens, receive_buffer=None):
+    """A streaming completion on a raw socket (its SO_RCVBUF `receive_buffer` when given), its
+    response head read: the socket."""
+    s = socket.socket()
+    if receive_buffer is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    s.connect((server.host, server.port))
     body = json.dumps({"model": model, "prompt": "a", "max_tokens": max_tokens, "stream": True,
                        "ignore_eos": True, "temperature": 0}).encode()
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
@@ -162,6 +166,28 @@ def start_stream(server, model, max_tokens):
     head = s.recv(64)
     assert head.startswith(b"HTTP/1.1 200"), head + s.recv(4096)
     return s
+
+
+def long_figures(server):
+    """The `long` model's aborted requests, running and waiting sequences, KV-cache usage and
+    generated tokens, from /metrics."""
+    text = raw(server, "GET", "/metrics")[2].decode()
+    return [metric(text, name, {"model": "long"}) for name in (
+        "cotensor_lm_request_aborted_total", "cotensor_lm_num_requests_running",
+        "cotensor_lm_num_requests_waiting", "cotensor_lm_kv_cache_usage_perc",
+        "cotensor_lm_generation_tokens_total")]
+
+
+def wait_aborted(server, aborted, timeout):
+    """Waits until `long` has aborted one more request than `aborted` and holds no sequence and
+    no KV block; the generated tokens total then."""
+    deadline = time.time() + timeout
+    while True:
+        done, running, waiting, usage, tokens = long_figures(server)
+        if done == aborted + 1 and running == 0 and waiting == 0 and usage == 0:
+            return tokens
+        assert time.time() < deadline, (done, running, waiting, usage, tokens)
+        time.sleep(0.05)
 
 
 def main():
@@ -403,23 +429,11 @@ def run_cases(server):
 
     @case("a client gone mid-stream cancels its sequence and frees its blocks")
     def _():
-        def figures():
-            text = raw(server, "GET", "/metrics")[2].decode()
-            return [metric(text, name, {"model": "long"}) for name in (
-                "cotensor_lm_request_aborted_total", "cotensor_lm_num_requests_running",
-                "cotensor_lm_num_requests_waiting", "cotensor_lm_kv_cache_usage_perc",
-                "cotensor_lm_generation_tokens_total")]
-        aborted = figures()[0]
+        aborted = long_figures(server)[0]
         s = start_stream(server, "long", LONG - 8)
         s.recv(4096)  # a first event
         s.close()
-        deadline = time.time() + 30
-        while True:
-            done, running, waiting, usage, tokens = figures()
-            if done == aborted + 1 and running == 0 and waiting == 0 and usage == 0:
-                break
-            assert time.time() < deadline, (done, running, waiting, usage)
-            time.sleep(0.05)
+        tokens = wait_aborted(server, aborted, 30)
         assert tokens < LONG - 8, tokens  # it stopped early
         assert raw(server, "GET", "/v1/models")[0] == 200
 
@@ -480,34 +494,14 @@ def run_cases(server):
 def run_slow_reader(server):
     @case("a reader that stops reading: its sequence pauses, the write timeout cancels it")
     def _():
-        def figures():
-            text = raw(server, "GET", "/metrics")[2].decode()
-            return [metric(text, name, {"model": "long"}) for name in (
-                "cotensor_lm_request_aborted_total", "cotensor_lm_num_requests_running",
-                "cotensor_lm_kv_cache_usage_perc", "cotensor_lm_generation_tokens_total")]
-        aborted, _, _, before = figures()
+        figures = long_figures(server)
+        aborted, before = figures[0], figures[4]
         # A small receive window: what the client does not read waits in the server's send
         # buffer, which the listener holds to 64 KiB while it streams (Linux would let it grow
         # to megabytes, enough for the whole stream of ~200-byte events).
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.connect((server.host, server.port))
-        body = json.dumps({"model": "long", "prompt": "a", "max_tokens": LONG - 8,
-                           "stream": True, "ignore_eos": True, "temperature": 0}).encode()
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                  b"application/json\r\nContent-Length: " + str(len(body)).encode() +
-                  b"\r\n\r\n" + body)
-        head = s.recv(64)
-        assert head.startswith(b"HTTP/1.1 200"), head
+        s = start_stream(server, "long", LONG - 8, receive_buffer=4096)
         try:  # then nothing more is read
-            deadline = time.time() + 120
-            while True:
-                done, running, usage, tokens = figures()
-                if done == aborted + 1 and running == 0 and usage == 0:
-                    break
-                assert time.time() < deadline, (done, running, usage, tokens - before)
-                time.sleep(0.05)
-            made = tokens - before
+            made = wait_aborted(server, aborted, 120) - before
             # It paused once the buffers and its `max_unread` tokens were full, far short of
             # the stream's end, and the write that waited past 1.5 s ended it.
             assert 64 < made < (LONG - 8) // 2, made
