@@ -1,11 +1,13 @@
 // A prompt chunk's attention in AVX-512 registers (cpu/attention_chunk.hpp says what it
 // computes; cpu/attention_rows_avx512.cpp has a decode step's rows): tiles of 8 rows of one
 // sequence, the query heads of a key/value head at a time, each chunk's keys transposed and its
-// values converted once for the tile, the rows' scores eight chains side by side, and where
-// every row has the chunk's 16 keys their weights and values together. 16 prompts of 128 ids in
-// a step (GPT-2 small, bfloat16, 12 layers), 88 -> 48-52 us of attention a row (AMD Zen 4);
-// 4 prompts of 128 ids, 12 layers of GPT-2 small's shape, 15.9 -> 10.8-11.6 ms, 24 of
-// Qwen2-0.5B's 29.6 -> 19.0 ms (AMD Zen 5).
+// values converted once for the tile, the rows' scores eight chains side by side, and their
+// weights and values together (a row's keys past its own masked off), the next chunk's keys and
+// values and the next piece's queries asked for ahead. 16 prompts of 128 ids in a step (GPT-2
+// small, bfloat16, 12 layers), 88 -> 48-52 us of attention a row (AMD Zen 4); 4 prompts of 128
+// ids, 12 layers of GPT-2 small's shape, 15.9 -> 10.8-11.6 ms, 24 of Qwen2-0.5B's 29.6 -> 19.0
+// ms (AMD Zen 5); the masks and the prefetches, one layer of 15 such prompts 6.71 -> 5.63 ms
+// (AMD Zen 4).
 
 #include "cpu/attention_avx512.hpp"
 
@@ -49,6 +51,18 @@ COTENSOR_ATTENTION_TARGET void attend_tile(const paged_attention_args& a,
   std::int64_t keys[tile];
   const std::int64_t most =
       start_tile<T, tile, vector_rows>(a, r0, rows, h0, h1, acc, qf, st, keys);
+  // The queries of the piece of work likely next on this worker (the next heads of these rows,
+  // or the next tile's first heads), asked for while this one runs: a head's part of a row is
+  // a line or two of a long row, which the prefetchers do not follow.
+  const std::int64_t width = a.heads * hd;
+  const bool last_heads = h1 == a.heads;
+  const std::int64_t next_r0 = last_heads ? r0 + rows : r0;
+  const std::int64_t next_at = last_heads ? 0 : h1 * hd;
+  const std::int64_t next_q_bytes = (last_heads ? h1 - h0 : std::min(h1 - h0, a.heads - h1)) * hd *
+                                    static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t r = next_r0; r < std::min(next_r0 + tile, a.tokens); ++r) {
+    prefetch(static_cast<const T*>(a.q) + r * width + next_at, next_q_bytes);
+  }
   const T* key_rows[key_chunk];
   for (std::int64_t j0 = 0; j0 < most; j0 += key_chunk) {
     const std::int64_t n = std::min(key_chunk, most - j0);
@@ -58,6 +72,16 @@ COTENSOR_ATTENTION_TARGET void attend_tile(const paged_attention_args& a,
     std::int64_t m[tile];
     for (int r = 0; r < tile; ++r) {
       m[r] = std::min(key_chunk, keys[r] - j0);  // keys[r] is 0 past `rows`
+    }
+    // The next chunk's keys and values of these heads, asked for ahead: likewise a line or
+    // two of each key's row.
+    const std::int64_t kv0 = h0 / group * hd;
+    const std::int64_t kv_bytes =
+        ((h1 - 1) / group + 1 - h0 / group) * hd * static_cast<std::int64_t>(sizeof(T));
+    for (std::int64_t c = 0; c < std::min(key_chunk, most - j0 - key_chunk); ++c) {
+      const std::int64_t at = cache.row(j0 + key_chunk + c) + kv0;
+      prefetch(cache.k + at, kv_bytes);
+      prefetch(cache.v + at, kv_bytes);
     }
     std::int64_t transposed = -1;  // the key/value head whose keys kt and values vr hold
     for (std::int64_t h = h0; h < h1; ++h) {

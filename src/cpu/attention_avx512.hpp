@@ -165,13 +165,15 @@ COTENSOR_ATTENTION_TARGET void add_values(float* out,
   }
 }
 
-// add_values for a tile's `Rows` rows over all 16 float value rows of a chunk: out + r * hd
-// gets weights[r][c] * values[c][i] added for c in order, each value vector loaded once for all
-// the rows, 32 columns at a time (two vectors a row in registers). Each row's operations are
+// add_values for a tile's `Rows` rows over the 16 float value rows of a chunk, row r over the
+// first m[r] of them (all 16 when Full): out + r * hd gets weights[r][c] * values[c][i] added
+// for c in order, each value vector loaded once for all the rows, 32 columns at a time (two
+// vectors a row in registers; a row's adds past its m[r] masked off). Each row's operations are
 // add_values' own, in the same order: the same bits.
-template <int Rows>
+template <int Rows, bool Full>
 COTENSOR_ATTENTION_TARGET void add_values_rows(float* out,
                                                const float (&weights)[Rows][key_chunk],
+                                               const std::int64_t (&m)[Rows],
                                                const float* values,
                                                std::int64_t hd) {
   for (std::int64_t i0 = 0; i0 < hd; i0 += 32) {
@@ -188,8 +190,14 @@ COTENSOR_ATTENTION_TARGET void add_values_rows(float* out,
 #pragma GCC unroll 8
       for (int r = 0; r < Rows; ++r) {
         const __m512 w = _mm512_set1_ps(weights[r][c]);
-        o[r][0] = _mm512_add_ps(o[r][0], _mm512_mul_ps(w, v0));
-        o[r][1] = _mm512_add_ps(o[r][1], _mm512_mul_ps(w, v1));
+        if constexpr (Full) {
+          o[r][0] = _mm512_add_ps(o[r][0], _mm512_mul_ps(w, v0));
+          o[r][1] = _mm512_add_ps(o[r][1], _mm512_mul_ps(w, v1));
+        } else {
+          const auto k = static_cast<__mmask16>(c < m[r] ? 0xFFFF : 0);
+          o[r][0] = _mm512_mask_add_ps(o[r][0], k, o[r][0], _mm512_mul_ps(w, v0));
+          o[r][1] = _mm512_mask_add_ps(o[r][1], k, o[r][1], _mm512_mul_ps(w, v1));
+        }
       }
     }
 #pragma GCC unroll 8
@@ -222,10 +230,10 @@ COTENSOR_ATTENTION_TARGET void values_to_float(const sequence_cache<T>& cache,
 // One chunk for Rows rows that read the same keys and values (a tile's rows of a head, or a
 // decode row's query heads of a key/value head): their queries q (Rows rows of hd floats),
 // the chunk's transposed keys kt and float values vr; row r sees the chunk's first m[r] keys
-// (none when m[r] <= 0). The scores are Rows chains of adds side by side; when every row sees
-// all 16 keys their weights and values go together (chunk_weights_rows, add_values_rows), else
-// row by row (chunk_weights, add_values): the same operations either way. Row r's state is
-// top[r] and total[r], its sums out + r * hd.
+// (none when m[r] <= 0). The scores are Rows chains of adds side by side, the rows' weights and
+// values together (chunk_weights_rows, add_values_rows; a row's keys past m[r] left out by
+// masks unless every row sees all 16): each row's operations are chunk_weights' and
+// add_values' own. Row r's state is top[r] and total[r], its sums out + r * hd.
 template <int Rows>
 COTENSOR_ATTENTION_TARGET void chunk_rows(const float* q,
                                           const float* kt,
@@ -257,19 +265,11 @@ COTENSOR_ATTENTION_TARGET void chunk_rows(const float* q,
     full = full && m[r] == key_chunk;
   }
   if (full) {
-    chunk_weights_rows(scores, scale, top, total, out, hd, weights);
-    add_values_rows(out, weights, vr, hd);
-    return;
-  }
-  const float* value_rows[key_chunk];
-  for (std::int64_t c = 0; c < key_chunk; ++c) {
-    value_rows[c] = vr + c * hd;
-  }
-  for (int r = 0; r < Rows; ++r) {
-    if (m[r] > 0) {
-      chunk_weights(scores[r], m[r], scale, top[r], total[r], out + r * hd, hd, weights[r]);
-      add_values(out + r * hd, weights[r], m[r], value_rows, 0, hd);
-    }
+    chunk_weights_rows<Rows, true>(scores, m, scale, top, total, out, hd, weights);
+    add_values_rows<Rows, true>(out, weights, m, vr, hd);
+  } else {
+    chunk_weights_rows<Rows, false>(scores, m, scale, top, total, out, hd, weights);
+    add_values_rows<Rows, false>(out, weights, m, vr, hd);
   }
 }
 

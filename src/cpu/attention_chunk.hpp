@@ -103,13 +103,15 @@ inline void chunk_weights(float (&scores)[key_chunk],
   }
 }
 
-// chunk_weights for Rows rows of a tile at once, each with all key_chunk keys of the chunk
-// (row r's state top[r] and total[r], its summed values out + r * hd): each row's operations
-// are chunk_weights' own, in the same order (the same bits), the rows' chains of maxima and of
-// sums interleaved in registers and their exponentials one call, so that their latencies
-// overlap.
-template <int Rows>
+// chunk_weights for Rows rows of a tile at once, row r with the chunk's first m[r] keys (all
+// key_chunk of them when Full; none when m[r] <= 0: its state is left as it was), row r's state
+// top[r] and total[r], its summed values out + r * hd: each row's operations are chunk_weights'
+// own, in the same order (the same bits), the rows' chains of maxima and of sums interleaved in
+// registers and their exponentials one call, so that their latencies overlap. (The weights of
+// keys past m[r] are computed and never used.)
+template <int Rows, bool Full>
 inline void chunk_weights_rows(float (&scores)[Rows][key_chunk],
+                               const std::int64_t (&m)[Rows],
                                float scale,
                                float* top,
                                float* total,
@@ -129,7 +131,9 @@ inline void chunk_weights_rows(float (&scores)[Rows][key_chunk],
   for (std::int64_t c = 0; c < key_chunk; ++c) {
 #pragma GCC unroll 8
     for (int r = 0; r < Rows; ++r) {
-      high[r] = std::max(high[r], scores[r][c]);
+      if (Full || c < m[r]) {
+        high[r] = std::max(high[r], scores[r][c]);
+      }
     }
   }
 #pragma GCC unroll 8
@@ -148,7 +152,9 @@ inline void chunk_weights_rows(float (&scores)[Rows][key_chunk],
   for (std::int64_t c = 0; c < key_chunk; ++c) {
 #pragma GCC unroll 8
     for (int r = 0; r < Rows; ++r) {
-      sum[r] += weights[r][c];
+      if (Full || c < m[r]) {
+        sum[r] += weights[r][c];
+      }
     }
   }
 #pragma GCC unroll 8
