@@ -114,7 +114,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 gelu_tanh_float1
       _mm512_xor_si512(_mm512_castps_si512(magnitude), _mm512_set1_epi32(INT32_MIN))));
   const __m512 d = _mm512_add_ps(one, e);
   const __mmask16 negative = _mm512_cmp_ps_mask(t, _mm512_setzero_ps(), _CMP_LT_OQ);
-  return _mm512_mask_blend_ps(negative, _mm512_div_ps(x, d), _mm512_div_ps(_mm512_mul_ps(x, e), d));
+  return _mm512_div_ps(_mm512_mask_mul_ps(x, negative, x, e), d);
 }
 __attribute__((target("avx2"), always_inline)) inline __m256 gelu_tanh_float8(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.0F);
@@ -124,7 +124,7 @@ __attribute__((target("avx2"), always_inline)) inline __m256 gelu_tanh_float8(__
   const __m256 e = _ZGVdN8v_expf(_mm256_or_ps(t, _mm256_set1_ps(-0.0F)));  // exp(-|t|)
   const __m256 d = _mm256_add_ps(one, e);
   const __m256 negative = _mm256_cmp_ps(t, _mm256_setzero_ps(), _CMP_LT_OQ);
-  return _mm256_blendv_ps(_mm256_div_ps(x, d), _mm256_div_ps(_mm256_mul_ps(x, e), d), negative);
+  return _mm256_div_ps(_mm256_blendv_ps(x, _mm256_mul_ps(x, e), negative), d);
 }
 
 // f(x) on sixteen lanes (gelu_tanh in float for the halves when InFloat). Sigmoid is the
@@ -156,7 +156,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 lanes16(__m512 x
         _mm512_xor_si512(_mm512_castps_si512(magnitude), _mm512_set1_epi32(INT32_MIN))));
     const __m512 d = _mm512_add_ps(one, e);
     const __mmask16 negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-    return _mm512_mask_blend_ps(negative, _mm512_div_ps(one, d), _mm512_div_ps(e, d));
+    return _mm512_div_ps(_mm512_mask_blend_ps(negative, one, e), d);
   }
 }
 
@@ -180,7 +180,7 @@ __attribute__((target("avx2"), always_inline)) inline __m256 lanes8(__m256 x) {
     const __m256 e = _ZGVdN8v_expf(_mm256_or_ps(x, _mm256_set1_ps(-0.0F)));  // exp(-|x|)
     const __m256 d = _mm256_add_ps(one, e);
     const __m256 negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
-    return _mm256_blendv_ps(_mm256_div_ps(one, d), _mm256_div_ps(e, d), negative);
+    return _mm256_div_ps(_mm256_blendv_ps(one, e, negative), d);
   }
 }
 
