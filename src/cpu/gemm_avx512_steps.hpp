@@ -122,8 +122,10 @@ struct f32_steps : float_word_steps {
   }
 };
 
-// bfloat16: a step is a pair of k.
-struct bf16_steps {
+// bfloat16's layout, whatever multiplies it: a step is a pair of k, one 32-bit word of A and
+// of each column of B (B's panels, which cpu/gemm_amx.cpp's tiles read too), and the rounding
+// of the float32 sums to bfloat16.
+struct bf16_word_steps {
   using element = std::uint16_t;
   using word = std::uint32_t;
   static constexpr std::int64_t b_rows_per_step = 2;
@@ -173,6 +175,44 @@ struct bf16_steps {
     }
   }
 
+  // bfloat16_t(x) in the low half of each lane: rounded to nearest even, NaN to the quiet NaN
+  // of its payload (bfloat16_bits_from_float in lanes; vcvtneps2bf16 would flush denormals).
+  COTENSOR_AVX512_TARGET static __m512i bits_of(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i bits = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
+    return _mm512_mask_or_epi32(bits, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
+  }
+  // out[j] = bfloat16_t(in[j]).
+  COTENSOR_AVX512_TARGET static void store_row(const float* in, element* out, std::int64_t n) {
+    std::int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j),
+                          _mm512_cvtepi32_epi16(bits_of(_mm512_loadu_ps(in + j))));
+    }
+    for (; j < n; ++j) {
+      out[j] = bfloat16_bits_from_float(in[j]);
+    }
+  }
+  // bfloat16_t of the lanes of `mask` of x to out.
+  COTENSOR_AVX512_TARGET static void store(element* out, __m512 x, __mmask16 mask) {
+    _mm512_mask_cvtepi32_storeu_epi16(out, mask, bits_of(x));
+  }
+  // As f32_steps: x rounded to bfloat16_t, in float; the lanes of `mask` at p, in float.
+  COTENSOR_AVX512_TARGET static __m512 rounded(__m512 x) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(bits_of(x), 16));
+  }
+  COTENSOR_AVX512_TARGET static __m512 load_elements(const element* p, __mmask16 mask) {
+    const __m256i halves = _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(mask, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16));
+  }
+};
+
+// bfloat16 by vdpbf16ps (AVX-512 BF16): each lane's pair of A times its pair of B, both added
+// to the sum in one instruction.
+struct bf16_steps : bf16_word_steps {
   // The 16 words of step p at columns [col, col + 16) of B, read in place (all in B): the
   // words pack_b_row writes.
   COTENSOR_AVX512_TARGET static __m512bh
@@ -226,50 +266,15 @@ struct bf16_steps {
   COTENSOR_AVX512_TARGET static __m512 step(__m512 acc, __m512bh a, __m512bh b) {
     return _mm512_dpbf16_ps(acc, a, b);
   }
-
-  // bfloat16_t(x) in the low half of each lane: rounded to nearest even, NaN to the quiet NaN
-  // of its payload (bfloat16_bits_from_float in lanes; vcvtneps2bf16 would flush denormals).
-  COTENSOR_AVX512_TARGET static __m512i bits_of(__m512 x) {
-    const __m512i u = _mm512_castps_si512(x);
-    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i bits = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
-    return _mm512_mask_or_epi32(bits, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
-  }
-  // out[j] = bfloat16_t(in[j]).
-  COTENSOR_AVX512_TARGET static void store_row(const float* in, element* out, std::int64_t n) {
-    std::int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j),
-                          _mm512_cvtepi32_epi16(bits_of(_mm512_loadu_ps(in + j))));
-    }
-    for (; j < n; ++j) {
-      out[j] = bfloat16_bits_from_float(in[j]);
-    }
-  }
-  // bfloat16_t of the lanes of `mask` of x to out.
-  COTENSOR_AVX512_TARGET static void store(element* out, __m512 x, __mmask16 mask) {
-    _mm512_mask_cvtepi32_storeu_epi16(out, mask, bits_of(x));
-  }
-  // As f32_steps: x rounded to bfloat16_t, in float; the lanes of `mask` at p, in float.
-  COTENSOR_AVX512_TARGET static __m512 rounded(__m512 x) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(bits_of(x), 16));
-  }
-  COTENSOR_AVX512_TARGET static __m512 load_elements(const element* p, __mmask16 mask) {
-    const __m256i halves = _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(mask, p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16));
-  }
 };
 
-// bfloat16 on float32 multiply-adds: a step is a pair of k, as bf16_steps lays them out (B's
-// panels are the same), each pair split into its two floats (a shift and a mask: a bfloat16 is
+// bfloat16 on float32 multiply-adds: a step is a pair of k, as bf16_word_steps lays them out
+// (B's panels are the same), each pair split into its two floats (a shift and a mask: a bfloat16 is
 // the high half of its float32) and added by two vfmadd231ps, the first k first. Each element is
 // so the float32 kernel's sum of the operands converted to float32, in k order: the converting
 // path's bits on cotensor's float32 kernel. For CPUs whose vdpbf16ps runs at half the rate of
 // their FMAs (Intel without AMX).
-struct bf16_fma_steps : bf16_steps {
-  static constexpr bool loads_pairs = false;
+struct bf16_fma_steps : bf16_word_steps {
   struct pair {
     __m512 first;   // k = 2p
     __m512 second;  // k = 2p + 1
