@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
                             .read_timeout = cfg.timeout,
                             .idle_timeout = cfg.timeout,
                             .write_timeout = cfg.timeout,
+                            .stream_send_buffer_bytes = cfg.stream_send_buffer_bytes,
                             .max_connections = cfg.max_connections,
                             .drain_timeout = cfg.drain_timeout});
     asio::signal_set signals(io, SIGINT, SIGTERM);

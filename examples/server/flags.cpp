@@ -11,7 +11,8 @@ const char* const usage =
     "usage: cotensor_server [--model-repository DIR] [--address A] [--port N] [--threads N]\n"
     "         [--no-batching] [--max-running-batches N] [--device cpu|cuda:N]\n"
     "         [--max-body-bytes N] [--timeout-ms N] [--drain-timeout-ms N]\n"
-    "         [--max-queue-rows N] [--max-connections N] [--debug-delay-us N]\n"
+    "         [--max-queue-rows N] [--max-connections N] [--stream-send-buffer-bytes N]\n"
+    "         [--debug-delay-us N]\n"
     "  --model-repository DIR  Triton's layout: DIR/<model>/config.json and\n"
     "                          DIR/<model>/<version>/model.safetensors (default: the example\n"
     "                          models, " COTENSOR_EXAMPLE_MODELS ")\n";
@@ -64,6 +65,8 @@ flags parse_flags(int argc, char** argv) {
       c.debug_delay = std::chrono::microseconds(number());
     } else if (flag == "--max-connections") {
       c.max_connections = static_cast<std::size_t>(number());
+    } else if (flag == "--stream-send-buffer-bytes") {
+      c.stream_send_buffer_bytes = static_cast<std::size_t>(number());
     } else {
       throw std::invalid_argument("unknown flag " + flag);
     }

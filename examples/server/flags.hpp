@@ -24,6 +24,7 @@ struct flags {
   std::chrono::milliseconds drain_timeout{30000};
   std::size_t max_queue_rows = 4096;
   std::size_t max_connections = 4096;
+  std::size_t stream_send_buffer_bytes = 64 << 10;  // 0: the system's
   std::chrono::microseconds debug_delay{0};  // testing: each forward pass takes this long more
   bool help = false;                         // --help: print `usage` and exit
 };

@@ -208,6 +208,11 @@ def main():
         with serverproc.ServerProcess(args.server, repo,
                                       ["--threads", "2", "--timeout-ms", "1500"]) as server:
             run_slow_reader(server)
+        # The same reader with the send buffer left to the system (--stream-send-buffer-bytes 0).
+        with serverproc.ServerProcess(args.server, repo,
+                                      ["--threads", "2", "--timeout-ms", "1500",
+                                       "--stream-send-buffer-bytes", "0"]) as server:
+            run_system_send_buffer(server)
     if FAILURES:
         print(f"{len(FAILURES)} case(s) FAILED: {', '.join(FAILURES)}")
         return 1
@@ -510,6 +515,25 @@ def run_slow_reader(server):
         status, _, data = raw(server, "POST", "/v1/completions",
                               {"model": "long", "prompt": "a", "max_tokens": 5})
         assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 5, data
+
+
+def run_system_send_buffer(server):
+    @case("--stream-send-buffer-bytes 0: the system's send buffer takes the whole stream")
+    def _():
+        figures = long_figures(server)
+        aborted, before = figures[0], figures[4]
+        s = start_stream(server, "long", LONG - 8, receive_buffer=4096)
+        try:  # nothing read: Linux grows the send buffer to megabytes, past the stream's ~0.8 MB
+            deadline = time.time() + 120
+            while True:
+                done, running, waiting, usage, tokens = long_figures(server)
+                if running == 0 and waiting == 0 and usage == 0:
+                    break
+                assert time.time() < deadline, (done, running, waiting, usage, tokens)
+                time.sleep(0.05)
+            assert done == aborted and tokens - before == LONG - 8, (done, aborted, tokens - before)
+        finally:
+            s.close()
 
 
 def drain(server):
