@@ -13,7 +13,8 @@
 # Prints one line per concurrency:
 #   concurrency=<n> cotensor.perf_analyzer: infer_per_s=... p50_us=... p99_us=... server_queue_us=...
 # Usage: bench/server/perf_analyzer.sh [BUILD_DIR] [--quick] [CONCURRENCIES...]
-#   (default build/ and 1 8 64; --quick: 1 and 8, shorter windows, for the CI check)
+#   (default build/ and 1 8 64; --quick: 1 and 8, shorter windows, then the example model
+#   `mlp` at 1: the CI check)
 # Env: COTENSOR_PYTHON (default .venv/bin/python3, needs torch and safetensors),
 #      COTENSOR_BENCH_WINDOW_US (the batch window, default 2000), COTENSOR_CACHE,
 #      COTENSOR_SERVER (the server program, default BUILD_DIR/examples/cotensor_server).
@@ -73,3 +74,18 @@ done
 kill -TERM "$pid"
 wait "$pid" || true
 pid=
+
+# --quick (the CI check) also drives the example model, `mlp` of the server's default
+# repository (examples/server/models), at one request at a time.
+if ((quick)); then
+  "$server" --address 127.0.0.1 --port 0 --threads 1 >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do grep -q listening "$log" && break; sleep 0.1; done
+  port=$(grep -o '127.0.0.1:[0-9]*' "$log" | head -1 | cut -d: -f2)
+  [[ -n $port ]] || { cat "$log" >&2; exit 1; }
+  line=$(perf_analyzer_run "$port" mlp 1 "$interval" "$stability")
+  echo "concurrency=1 cotensor.perf_analyzer (example model mlp): $line"
+  kill -TERM "$pid"
+  wait "$pid" || true
+  pid=
+fi

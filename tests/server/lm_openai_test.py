@@ -329,6 +329,7 @@ def run_cases(server):
                                                          max_tokens=2, temperature=0,
                                                          stream=True))
             assert chunks[0].choices[0].delta.role == "assistant"
+            assert len({c.id for c in chunks}) == 1, [c.id for c in chunks]
             text = "".join(c.choices[0].delta.content or "" for c in chunks)
             assert text == r.choices[0].message.content, (text, r.choices[0].message.content)
             assert chunks[-1].choices[0].finish_reason == r.choices[0].finish_reason
@@ -398,9 +399,16 @@ def run_cases(server):
             assert isinstance(err["message"], str) and err["code"] == want, err
             assert err["type"] == "invalid_request_error", err
             assert err["param"] == param, (body, err)
-            if param in ("prompt", "max_tokens") and "context" in err["message"]:
-                assert "64" in err["message"], err
             assert raw(server, "GET", "/v1/models")[0] == 200
+        # Past the context (gpt2-tiny's 64 positions): the error says so, with the number.
+        for body in ({"model": "gpt2", "prompt": "word " * 80},
+                     {"model": "gpt2", "prompt": "x", "max_tokens": 100}):
+            message = json.loads(raw(server, "POST", "/v1/completions", body)[2])["error"]["message"]
+            assert "context" in message and "64" in message, (body, message)
+        # n = 1, said outright, is served.
+        status, _, data = raw(server, "POST", "/v1/completions",
+                              {"model": "gpt2", "prompt": "x", "max_tokens": 2, "n": 1})
+        assert status == 200 and len(json.loads(data)["choices"]) == 1, (status, data)
         for body in ({"model": "gpt2", "messages": "hi"}, {"model": "gpt2", "messages": []},
                      {"model": "gpt2", "messages": [{"content": "hi"}]},
                      {"model": "gpt2", "messages": [{"role": "user", "content": "hi"}]}):
