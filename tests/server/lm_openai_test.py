@@ -229,18 +229,22 @@ def run_cases(server):
         ids = sorted(m.id for m in client.models.list().data)
         assert ids == ["gpt2", "llama", "long", "qwen"], ids
 
-    @case("temperature 0 completion = transformers' greedy ids, for every recorded prompt")
+    @case("temperature 0 completion = transformers' greedy ids, for every recorded prompt of "
+          "the three models")
     def _():
-        for i in range(4):
-            prompt, want = greedy[f"ids_{i}"], greedy[f"greedy_{i}"]
-            n = min(len(want), 64 - len(prompt))
-            r = client.completions.create(model="gpt2", prompt=prompt, max_tokens=n,
-                                          temperature=0, extra_body={"ignore_eos": True})
-            assert r.usage.prompt_tokens == len(prompt), r.usage
-            assert r.usage.completion_tokens == n, r.usage
-            assert r.choices[0].finish_reason == "length", r.choices[0]
-            text = decode(DATA / "gpt2-tiny", want[:n])
-            assert r.choices[0].text == text, (i, r.choices[0].text, text)
+        for model, folder in (("gpt2", "gpt2-tiny"), ("llama", "llama-tiny"),
+                              ("qwen", "qwen2-tiny")):
+            recorded = greedy if folder == "gpt2-tiny" else expected_ids(folder)
+            for i in range(4):
+                prompt, want = recorded[f"ids_{i}"], recorded[f"greedy_{i}"]
+                n = min(len(want), 64 - len(prompt))
+                r = client.completions.create(model=model, prompt=prompt, max_tokens=n,
+                                              temperature=0, extra_body={"ignore_eos": True})
+                assert r.usage.prompt_tokens == len(prompt), (model, r.usage)
+                assert r.usage.completion_tokens == n, (model, r.usage)
+                assert r.choices[0].finish_reason == "length", (model, r.choices[0])
+                text = decode(DATA / folder, want[:n])
+                assert r.choices[0].text == text, (model, i, r.choices[0].text, text)
 
     @case("a streamed completion gives the same text, one id, usage, then [DONE]")
     def _():
