@@ -233,8 +233,23 @@ TEST_SUITE("lm.generate") {
     // The context (64) ends a sequence that max_tokens would not.
     auto to_context =
         g.submit(prompt, {.temperature = 0.0F, .max_tokens = 1000, .ignore_eos = true});
-    CHECK(read_one(to_context).size() == 64 - prompt.size());
+    const auto to_64 = read_one(to_context);
+    CHECK(to_64.size() == 64 - prompt.size());
     CHECK(to_context.finish_reason() == finish_reason::length);
+    // A shorter context, as a server's context_length sets it, ends it sooner, with the same ids.
+    generator short_context(m, {.context_length = 40});
+    CHECK(short_context.context_length() == 40);
+    CHECK(g.context_length() == 64);
+    auto to_40 =
+        short_context.submit(prompt, {.temperature = 0.0F, .max_tokens = 1000, .ignore_eos = true});
+    const auto first_40 = read_one(to_40);
+    CHECK(first_40.size() == 40 - prompt.size());
+    CHECK(to_40.finish_reason() == finish_reason::length);
+    CHECK(std::equal(first_40.begin(), first_40.end(), to_64.begin()));
+    CHECK_THROWS_AS(short_context.submit(std::vector<std::int32_t>(40, 1), greedy32),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(generator(m, {.context_length = 65}), std::invalid_argument);
+    CHECK_THROWS_AS(generator(m, {.context_length = -1}), std::invalid_argument);
     // The end-of-sequence id: stop before it, or go on past it with ignore_eos.
     REQUIRE(!m.eos_token_ids().empty());
     const std::int32_t eos = m.eos_token_ids()[0];

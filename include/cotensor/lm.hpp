@@ -248,7 +248,7 @@ struct sampling_params {
   /// seed, prompt and parameters give the same tokens whatever the batch and thread count. None:
   /// a seed from std::random_device.
   std::optional<std::uint64_t> seed{};
-  /// The most tokens to generate (at least 1); a sequence also ends at the model's context.
+  /// The most tokens to generate (at least 1); a sequence also ends at the generator's context.
   int max_tokens = 16;
   /// Texts that end the sequence: the token whose text completes one is the last delivered
   /// (its text holds the stop text; a server trims it).
@@ -261,7 +261,7 @@ struct sampling_params {
 enum class finish_reason : std::uint8_t {
   none,       ///< not finished
   stop,       ///< an end-of-sequence id (not delivered) or a stop text
-  length,     ///< `max_tokens` generated, or the model's context full
+  length,     ///< `max_tokens` generated, or the generator's context full
   cancelled,  ///< cancelled: its `async_next` cancelled, the `sequence` destroyed, or the
               ///< generator destroyed
   error,      ///< a step's forward pass failed (`sequence::error()` holds why)
@@ -277,6 +277,10 @@ struct generator_options {
   /// Bytes of the key/value cache; 0: enough for `max_running` sequences of the whole context,
   /// at most 512 MiB.
   std::size_t kv_cache_bytes = 0;
+  /// The most ids a sequence may hold, prompt and generated tokens together (vLLM's
+  /// `max_model_len`); 0: the model's `context_length()`. Past the model's, the generator's
+  /// constructor throws std::invalid_argument.
+  std::int64_t context_length = 0;
   /// Tokens per block of the cache (16, as vLLM).
   std::int64_t block_size = 16;
   /// The most tokens one step computes, over all sequences (decode tokens first, then prompt
@@ -410,6 +414,9 @@ public:
 
   /// The scheduler's figures now.
   generator_stats stats() const;
+
+  /// The most ids a sequence holds: `generator_options::context_length`, or the model's.
+  std::int64_t context_length() const noexcept;
 
   /// The scheduler's state (src/lm/generator.cpp).
   struct state;

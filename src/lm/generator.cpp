@@ -123,11 +123,17 @@ generator::generator(const lm::model& m, generator_options options) {
     throw std::invalid_argument("cotensor::lm::generator: max_running, max_waiting, block_size, "
                                 "token_budget, prefill_chunk and max_unread must be 1 or more");
   }
+  if (options.context_length < 0 || options.context_length > mi.positions) {
+    throw std::invalid_argument("cotensor::lm::generator: context_length " +
+                                std::to_string(options.context_length) + " is past the model's " +
+                                std::to_string(mi.positions));
+  }
+  const std::int64_t context = options.context_length > 0 ? options.context_length : mi.positions;
   const auto layers = static_cast<std::int64_t>(
       mi.kind == model::impl::family::gpt2 ? mi.gpt2_blocks.size() : mi.llama_blocks.size());
   const std::int64_t per_block = 2 * layers * options.block_size * mi.kv_heads * mi.head_dim *
                                  static_cast<std::int64_t>(itemsize(mi.dtype));
-  const std::int64_t width = blocks_for(static_cast<std::size_t>(mi.positions), options.block_size);
+  const std::int64_t width = blocks_for(static_cast<std::size_t>(context), options.block_size);
   std::int64_t total = 0;
   if (options.kv_cache_bytes == 0) {
     total = std::min(static_cast<std::int64_t>(options.max_running) * width,
@@ -141,6 +147,7 @@ generator::generator(const lm::model& m, generator_options options) {
                                 " holds no block (one is " + std::to_string(per_block) + " bytes)");
   }
   state_ = std::make_shared<state>(m.impl_, options, total);
+  state_->context_length = context;
   state_->table_width = width;
   for (std::int64_t l = 0; l < layers; ++l) {
     const shape s{total, options.block_size, mi.kv_heads, mi.head_dim};
@@ -169,10 +176,11 @@ generator::~generator() {
 sequence generator::submit(std::vector<std::int32_t> prompt, sampling_params params) {
   const model::impl& m = *state_->net;
   check_sampling(params);
-  if (prompt.empty() || static_cast<std::int64_t>(prompt.size()) >= m.positions) {
+  const std::int64_t context = state_->context_length;
+  if (prompt.empty() || static_cast<std::int64_t>(prompt.size()) >= context) {
     throw std::invalid_argument("cotensor::lm::generator::submit: a prompt of " +
-                                std::to_string(prompt.size()) + " ids; the model takes 1 to " +
-                                std::to_string(m.positions - 1) + " before generating");
+                                std::to_string(prompt.size()) + " ids; the context takes 1 to " +
+                                std::to_string(context - 1) + " before generating");
   }
   for (const std::int32_t id : prompt) {
     if (id < 0 || id >= m.vocab) {
@@ -183,7 +191,7 @@ sequence generator::submit(std::vector<std::int32_t> prompt, sampling_params par
   auto s = std::make_shared<sequence::state>();
   s->prompt_size = prompt.size();
   s->limit = std::min(prompt.size() + static_cast<std::size_t>(params.max_tokens),
-                      static_cast<std::size_t>(m.positions));
+                      static_cast<std::size_t>(context));
   const std::int64_t need = blocks_for(s->limit, state_->options.block_size);
   if (need > state_->blocks.total()) {
     throw std::invalid_argument("cotensor::lm::generator::submit: the sequence needs " +
@@ -222,5 +230,7 @@ generator_stats generator::stats() const {
   const std::lock_guard lock(state_->mutex);
   return state_->figures;
 }
+
+std::int64_t generator::context_length() const noexcept { return state_->context_length; }
 
 }  // namespace cotensor::lm

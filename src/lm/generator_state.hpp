@@ -58,7 +58,8 @@ struct generator::state {
   std::shared_ptr<const model::impl> net;  // the model
   generator_options options;
   kv_cache cache;
-  std::int64_t table_width = 0;
+  std::int64_t context_length = 0;  // the most ids a sequence holds
+  std::int64_t table_width = 0;     // blocks of a sequence's table: the context's
   kv_blocks blocks;
   std::vector<std::shared_ptr<sequence::state>> running;
   std::size_t rotation = 0;  // where the next step starts taking decode tokens

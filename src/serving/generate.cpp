@@ -50,7 +50,7 @@ handler_state::lm_route(const handler::request& req,
                     json::serialize(json::object{{"name", l.name},
                                                  {"backend", "cotensor_lm"},
                                                  {"architecture", l.model.architecture()},
-                                                 {"context_length", l.model.context_length()},
+                                                 {"context_length", s.gen.context_length()},
                                                  {"max_running", g.max_running},
                                                  {"max_waiting", g.max_waiting},
                                                  {"kv_cache_blocks", s.gen.stats().kv_blocks_total},
@@ -104,7 +104,7 @@ handler_state::lm_route(const handler::request& req,
     }
     read_sampling(fields, r, false);
     const std::string_view prompt = text->get_string();
-    if (prompt.size() > static_cast<std::size_t>(l.model.context_length()) * 1024) {
+    if (prompt.size() > static_cast<std::size_t>(s.gen.context_length()) * 1024) {
       throw lm_request_error(400, "'text_input' is past this model's context", "text_input");
     }
     r.prompt = co_await off_loop([&] { return l.model.tokenizer().encode(prompt); });

@@ -158,7 +158,7 @@ void read_sampling(const json::object& o, generation_request& r, bool chat) {
 }
 
 void fit_context(const served_lm& s, generation_request& r) {
-  const auto context = static_cast<std::size_t>(s.lm->model.context_length());
+  const auto context = static_cast<std::size_t>(s.gen.context_length());
   const std::size_t prompt = r.prompt.size();
   // A sequence holds cache blocks for its prompt and `max_tokens` from its admission on.
   const auto& g = s.lm->options.generator;

@@ -82,6 +82,8 @@ void read_options(const json::object& o,
       g.max_waiting = count(v, key);
     } else if (key == "kv_cache_bytes") {
       g.kv_cache_bytes = count(v, key);
+    } else if (key == "context_length") {
+      g.context_length = static_cast<std::int64_t>(count(v, key));
     } else if (key == "block_size") {
       g.block_size = static_cast<std::int64_t>(count(v, key));
     } else if (key == "token_budget") {
@@ -98,10 +100,11 @@ void read_options(const json::object& o,
       }
       g.prefix_caching = v.get_bool();
     } else {
-      throw model_error(file + ": unknown key '" + std::string(key) +
-                        "' (known: dtype, device, max_running, max_waiting, kv_cache_bytes, "
-                        "block_size, token_budget, prefill_chunk, max_unread, prefix_caching, "
-                        "default_max_tokens)");
+      throw model_error(
+          file + ": unknown key '" + std::string(key) +
+          "' (known: dtype, device, max_running, max_waiting, kv_cache_bytes, "
+          "context_length, block_size, token_budget, prefill_chunk, max_unread, prefix_caching, "
+          "default_max_tokens)");
     }
   }
 }
@@ -131,6 +134,11 @@ std::shared_ptr<language_model> load_language_model_folder(const std::filesystem
       throw model_error(e.what());
     }
   }();
+  if (options.generator.context_length > m.context_length()) {
+    throw model_error(settings_file.string() + ": context_length " +
+                      std::to_string(options.generator.context_length) + " is past the model's " +
+                      std::to_string(m.context_length()));
+  }
   // The weights are read asynchronously: one position's logits wait for them, and prove the
   // model runs on its device before it is served.
   try {

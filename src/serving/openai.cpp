@@ -37,22 +37,23 @@ std::string completion_id(std::string_view prefix) {
 
 // Refuses a prompt of `bytes` that must hold more tokens than the context before tokenizing
 // it (no tokenizer's token is longer than a kibibyte).
-void check_prompt_bytes(std::size_t bytes, const lm::model& m, std::string_view param) {
-  const auto most = static_cast<std::size_t>(m.context_length()) * 1024;
+void check_prompt_bytes(std::size_t bytes, std::int64_t context, std::string_view param) {
+  const auto most = static_cast<std::size_t>(context) * 1024;
   if (bytes > most) {
     throw lm_request_error(400,
                            "the prompt's " + std::to_string(bytes) +
                                " bytes are past this model's context of " +
-                               std::to_string(m.context_length()) + " tokens",
+                               std::to_string(context) + " tokens",
                            std::string(param));
   }
 }
 
 // The prompt of a completion request: a string, a list of ids, or a list of one of them.
-std::vector<std::int32_t> completion_prompt(const json::value* p, const lm::model& m) {
+std::vector<std::int32_t>
+completion_prompt(const json::value* p, const lm::model& m, std::int64_t context) {
   const lm::tokenizer& t = m.tokenizer();
   const auto encode = [&](const json::string& text) {
-    check_prompt_bytes(text.size(), m, "prompt");
+    check_prompt_bytes(text.size(), context, "prompt");
     return t.encode(text);
   };
   const auto ids = [&](const json::array& a) {
@@ -96,7 +97,8 @@ std::vector<std::int32_t> completion_prompt(const json::value* p, const lm::mode
 
 // The chat's messages, rendered with the model's template and tokenized as `transformers`'
 // apply_chat_template does (no special tokens added: the template writes them).
-std::vector<std::int32_t> chat_prompt(const json::value* m, const lm::model& model) {
+std::vector<std::int32_t>
+chat_prompt(const json::value* m, const lm::model& model, std::int64_t context) {
   if (m == nullptr || !m->is_array() || m->get_array().empty()) {
     throw lm_request_error(400, "'messages' must be a non-empty list", "messages");
   }
@@ -131,7 +133,7 @@ std::vector<std::int32_t> chat_prompt(const json::value* m, const lm::model& mod
     bytes += msg.content.size();
     messages.push_back(std::move(msg));
   }
-  check_prompt_bytes(bytes, model, "messages");
+  check_prompt_bytes(bytes, context, "messages");
   std::string text;
   try {
     text = model.render_chat(messages, true);
@@ -237,7 +239,7 @@ handler_state::openai(const handler::request& req, handler::response_stream& out
                           {"object", "model"},
                           {"created", 0},
                           {"owned_by", "cotensor"},
-                          {"max_model_len", s.lm->model.context_length()}};
+                          {"max_model_len", s.gen.context_length()}};
     };
     if (path == "/v1/models") {
       json::array data;
@@ -299,7 +301,7 @@ handler_state::openai_generate(const handler::request& req,
     // The default: the model's (cotensor.json), else OpenAI's 16 for completions and what fits
     // for chat.
     const std::size_t fallback =
-        chat ? static_cast<std::size_t>(s.lm->model.context_length()) : std::size_t{16};
+        chat ? static_cast<std::size_t>(s.gen.context_length()) : std::size_t{16};
     const std::size_t configured = s.lm->options.default_max_tokens;
     r.params.max_tokens = static_cast<int>(configured > 0 ? configured : fallback);
     read_sampling(o, r, chat);
@@ -324,8 +326,9 @@ handler_state::openai_generate(const handler::request& req,
     }
     refuse_unsupported(o);
     r.prompt = co_await off_loop([&] {
-      return chat ? chat_prompt(o.if_contains("messages"), s.lm->model)
-                  : completion_prompt(o.if_contains("prompt"), s.lm->model);
+      const std::int64_t context = s.gen.context_length();
+      return chat ? chat_prompt(o.if_contains("messages"), s.lm->model, context)
+                  : completion_prompt(o.if_contains("prompt"), s.lm->model, context);
     });
     fit_context(s, r);
   } catch (const lm_request_error& e) {

@@ -152,6 +152,8 @@ TEST_CASE("lm repository: language models beside the others, cotensor.json read 
   copy_model("bad_dtype", R"({"dtype": "int8"})");
   copy_model("bad_count", R"({"max_running": 0})");
   copy_model("bad_device", R"({"device": "tpu"})");
+  copy_model("short", R"({"context_length": 40})");
+  copy_model("too_long", R"({"context_length": 65})");  // gpt2-tiny has 64 positions
   // A Triton-layout model (config.json, 1/model.safetensors) beside the language models.
   std::filesystem::create_directory_symlink(
       std::filesystem::path(COTENSOR_EXAMPLE_MODELS_DIR) / "mlp", dir / "mlp");
@@ -159,16 +161,20 @@ TEST_CASE("lm repository: language models beside the others, cotensor.json read 
   serving::model_repository models;
   const auto failures = models.load_repository(dir);
   CHECK(models.names() == std::vector<std::string>{"mlp"});
-  CHECK(models.language_model_names() == std::vector<std::string>{"bf16", "on_cpu", "plain"});
-  REQUIRE(failures.size() == 4);
+  CHECK(models.language_model_names() ==
+        std::vector<std::string>{"bf16", "on_cpu", "plain", "short"});
+  REQUIRE(failures.size() == 5);
   CHECK(failures[0].model == "bad_count");
   CHECK(failures[0].reason.find("max_running") != std::string::npos);
   CHECK(failures[1].model == "bad_device");
   CHECK(failures[1].reason.find("device: 'tpu'") != std::string::npos);
   CHECK(failures[2].model == "bad_dtype");
   CHECK(failures[2].reason.find("dtype") != std::string::npos);
-  CHECK(failures[3].model == "unknown_key");
-  CHECK(failures[3].reason.find("max_runing") != std::string::npos);
+  CHECK(failures[3].model == "too_long");
+  CHECK(failures[3].reason.find("context_length 65 is past the model's 64") != std::string::npos);
+  CHECK(failures[4].model == "unknown_key");
+  CHECK(failures[4].reason.find("max_runing") != std::string::npos);
+  CHECK(models.find_language_model("short")->options.generator.context_length == 40);
   const auto* bf16 = models.find_language_model("bf16");
   REQUIRE(bf16 != nullptr);
   CHECK(bf16->options.generator.max_running == 3);

@@ -137,6 +137,12 @@ def make_repository(root):
     config["max_position_embeddings"] = LONG
     (long / "config.json").write_text(json.dumps(config))
     (long / "cotensor.json").write_text(json.dumps({"max_running": 1, "max_waiting": 1}))
+    # `short`: gpt2-tiny served with a context of 40 of its 64 positions (cotensor.json).
+    short = root / "short"
+    short.mkdir()
+    for f in (DATA / "gpt2-tiny").iterdir():
+        os.symlink(f, short / f.name)
+    (short / "cotensor.json").write_text(json.dumps({"context_length": SHORT}))
     # `badchat`: gpt2-tiny with a chat template that uses a construct the renderer refuses.
     bad = root / "badchat"
     bad.mkdir()
@@ -148,6 +154,7 @@ def make_repository(root):
 
 
 LONG = 4096
+SHORT = 40
 DRAINED = 600
 
 
@@ -227,7 +234,31 @@ def run_cases(server):
     @case("GET /v1/models lists the language models")
     def _():
         ids = sorted(m.id for m in client.models.list().data)
-        assert ids == ["gpt2", "llama", "long", "qwen"], ids
+        assert ids == ["gpt2", "llama", "long", "qwen", "short"], ids
+
+    @case("cotensor.json's context_length: the served context, in /v1/models and the errors")
+    def _():
+        cards = {m["id"]: m for m in json.loads(raw(server, "GET", "/v1/models")[2])["data"]}
+        assert cards["gpt2"]["max_model_len"] == 64 and cards["short"]["max_model_len"] == SHORT
+        meta = json.loads(raw(server, "GET", "/v2/models/short/config")[2])
+        assert meta["context_length"] == SHORT, meta
+        prompt = greedy["ids_0"]
+        room = SHORT - len(prompt)
+        # Up to the context: gpt2's greedy ids; one more is a 400 that names the context.
+        r = client.completions.create(model="short", prompt=prompt, max_tokens=room,
+                                      temperature=0, extra_body={"ignore_eos": True})
+        assert r.usage.completion_tokens == room and r.choices[0].finish_reason == "length"
+        full = client.completions.create(model="gpt2", prompt=prompt, max_tokens=room,
+                                         temperature=0, extra_body={"ignore_eos": True})
+        assert r.choices[0].text == full.choices[0].text
+        status, _, data = raw(server, "POST", "/v1/completions",
+                              {"model": "short", "prompt": prompt, "max_tokens": room + 1})
+        message = json.loads(data)["error"]["message"]
+        assert status == 400 and str(SHORT) in message and "context" in message, (status, data)
+        # The generate extension refuses past it too.
+        status, _, data = raw(server, "POST", "/v2/models/short/generate",
+                              {"text_input": "a b c", "parameters": {"max_tokens": SHORT}})
+        assert status == 400 and str(SHORT) in json.loads(data)["error"], (status, data)
 
     @case("temperature 0 completion = transformers' greedy ids, for every recorded prompt of "
           "the three models")
