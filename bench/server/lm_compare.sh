@@ -5,16 +5,25 @@
 # on this machine, serving the same Hugging Face folder in the same dtype, loaded in turn by the
 # same streaming client (bench/server/lm_load.py: N streams, each a closed loop of
 # /v1/completions requests of 128 prompt ids and 64 output tokens with ignore_eos, temperature
-# 0) at each concurrency; then the prefix-cache check (lm_load.py --prefix-tokens: the time to
-# first token of a second request sharing a 1,000-id prefix with the first, or 900 where the
-# model has 1,024 positions, over that of the first).
+# 0) at each concurrency; then the prefix-cache checks (lm_load.py --prefix-tokens: the time to
+# first token of a second request sharing a prefix with the first, over that of the first): a
+# 1,000-id prefix to /v1/completions, and a 1,000-token system prompt to /v1/chat/completions
+# (--prefix-chat; two user messages after it); 900 where the context is 1,024 (GPT-2 small).
+#
+# Both engines serve the same context: the folder's positions, at most 2,048, or --context
+# (cotensor.json's context_length, vLLM's --max-model-len).
 #
 # Per model and dtype and round: cotensor_server is started on a temporary repository holding
-# <name>/ (symlinks to the folder's files, and a cotensor.json with the dtype and max_running 64),
-# loaded, stopped; then `vllm serve` on that same <name>/ (--dtype, --max-model-len 1024,
-# VLLM_CPU_KVCACHE_SPACE=2, VLLM_CPU_OMP_THREADS_BIND=0-<nproc-1>), waited for until /v1/models
-# answers (300 s at most), loaded, stopped. With --rounds N > 1 the order alternates per round
-# (cotensor first in odd rounds, vLLM first in even ones).
+# <name>/ (symlinks to the folder's files; a cotensor.json with the dtype, max_running 64 and the
+# context; the tokenizer files below), loaded, stopped; then `vllm serve` on that same <name>/
+# (--dtype, --max-model-len, VLLM_CPU_KVCACHE_SPACE=2, VLLM_CPU_OMP_THREADS_BIND=0-<nproc-1>),
+# waited for until /v1/models answers (300 s at most), loaded, stopped. With --rounds N > 1 the
+# order alternates per round (cotensor first in odd rounds, vLLM first in even ones).
+#
+# A folder whose tokenizer_config.json has no chat_template (the lm-bench models) is served with
+# ChatML's (Qwen2's: <|im_start|>role, newline, content, <|im_end|>, newline), its two markers
+# added to tokenizer.json as special tokens at its first free ids, so that both engines render
+# and tokenize the chat check alike.
 #
 # Writes JSON lines (lm_load.py's, with engine, model, dtype, round, run, date, cpu, host,
 # versions, quick) appended to bench/results/<date>-debian<N>-<cores>core-lm-serving.jsonl and
@@ -24,10 +33,11 @@
 #
 # Usage: bench/server/lm_compare.sh [--model DIR]... [--dtype float32|bfloat16]... [--quick]
 #          [--rounds N] [--engines cotensor,vllm] [--concurrency 1,4,16,64] [--out FILE]
-#          [--no-prefix-check] [--no-pad-tokenizer]
+#          [--context N] [--no-prefix-check] [--no-pad-tokenizer]
 #   --model: a folder (default ~/.cache/cotensor/lm-bench/gpt2-small; bash bench/lm/make_models.sh
 #            makes it and qwen2-0.5b), repeatable; --dtype repeatable (default float32); every
 #            model is run in every dtype.
+#   --context: the context both engines serve (default: the model's positions, at most 2,048).
 #   --quick: 1 and 16 streams only, 2 requests per stream, 2 prefix trials (a check that it all
 #            runs, a few minutes for gpt2-small).
 #   --no-pad-tokenizer: serve the folder's own tokenizer.json. By default both engines get one
@@ -64,6 +74,7 @@ concurrency=
 out=
 prefix_check=1
 pad_tokenizer=1
+context=
 while (($#)); do
   case $1 in
     --model) models+=("$2"); shift 2 ;;
@@ -73,6 +84,7 @@ while (($#)); do
     --engines) engines=$2; shift 2 ;;
     --concurrency) concurrency=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --context) context=$2; shift 2 ;;
     --no-prefix-check) prefix_check=0; shift ;;
     --pad-tokenizer) pad_tokenizer=1; shift ;;
     --no-pad-tokenizer) pad_tokenizer=0; shift ;;
@@ -157,35 +169,60 @@ trap 'exit 130' INT TERM
 
 free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# prepare FOLDER NAME DTYPE: $work/repo/NAME/, the folder both engines serve: symlinks to
-# FOLDER's files and a cotensor.json (dtype, max_running 64, $COTENSOR_LM_JSON); with
-# --pad-tokenizer a tokenizer.json whose added tokens "<|xN|>" fill it up to the model's ids.
+# served_context FOLDER: the context both engines serve: --context, else the folder's positions,
+# at most 2,048.
+served_context() {
+  "$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); p=c.get("n_positions") or c.get("max_position_embeddings") or 1024; print(int(sys.argv[2]) if sys.argv[2] else min(p, 2048))' \
+    "$1/config.json" "$context"
+}
+
+# prepare FOLDER NAME DTYPE CONTEXT: $work/repo/NAME/, the folder both engines serve: symlinks
+# to FOLDER's files, a cotensor.json (dtype, max_running 64, context_length CONTEXT,
+# $COTENSOR_LM_JSON), and the tokenizer's two files: with ChatML's template and markers where
+# it has no chat template; with --pad-tokenizer, added tokens "<|xN|>" up to the model's ids.
 prepare() {
-  local folder=$1 name=$2 dtype=$3 repo="$work/repo"
+  local folder=$1 name=$2 dtype=$3 served=$4 repo="$work/repo"
   rm -rf "$repo"
   mkdir -p "$repo/$name"
   for f in "$folder"/*; do
     case $(basename "$f") in
-      cotensor.json) ;;
-      tokenizer.json) ((pad_tokenizer)) || ln -s "$(readlink -f "$f")" "$repo/$name/" ;;
+      cotensor.json | tokenizer.json | tokenizer_config.json) ;;
       *) ln -s "$(readlink -f "$f")" "$repo/$name/" ;;
     esac
   done
-  if ((pad_tokenizer)); then
-    "$py" - "$folder" "$repo/$name/tokenizer.json" <<'EOF'
-import json, sys
-folder, out = sys.argv[1:]
+  "$py" - "$folder" "$repo/$name" "$pad_tokenizer" <<'EOF'
+import json, os, sys
+folder, out, pad = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 t = json.load(open(f"{folder}/tokenizer.json"))
+config_file = f"{folder}/tokenizer_config.json"
+tc = json.load(open(config_file)) if os.path.exists(config_file) else {}
 ids = json.load(open(f"{folder}/config.json"))["vocab_size"]
-n = 1 + max([*t["model"]["vocab"].values(), *(a["id"] for a in t.get("added_tokens", []))])
-t.setdefault("added_tokens", []).extend(
-    {"id": i, "content": f"<|x{i}|>", "single_word": False, "lstrip": False, "rstrip": False,
-     "normalized": False, "special": False} for i in range(n, ids))
-json.dump(t, open(out, "w"))
+added = t.setdefault("added_tokens", [])
+
+
+def token(i, content, special):
+    return {"id": i, "content": content, "single_word": False, "lstrip": False,
+            "rstrip": False, "normalized": False, "special": special}
+
+
+n = 1 + max([*t["model"]["vocab"].values(), *(a["id"] for a in added)])
+if not tc.get("chat_template"):
+    known = {*t["model"]["vocab"], *(a["content"] for a in added)}
+    for marker in ("<|im_start|>", "<|im_end|>"):
+        if marker not in known:
+            added.append(token(n, marker, True))
+            n += 1
+    tc["chat_template"] = (
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+        "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+if pad:
+    added.extend(token(i, f"<|x{i}|>", False) for i in range(n, ids))
+json.dump(t, open(f"{out}/tokenizer.json", "w"))
+json.dump(tc, open(f"{out}/tokenizer_config.json", "w"))
 EOF
-  fi
-  "$py" -c 'import json,sys; d={"dtype":sys.argv[1],"max_running":64}; d.update(json.loads(sys.argv[2])); print(json.dumps(d))' \
-    "$dtype" "${COTENSOR_LM_JSON:-{\}}" >"$repo/$name/cotensor.json"
+  "$py" -c 'import json,sys; d={"dtype":sys.argv[1],"max_running":64,"context_length":int(sys.argv[3])}; d.update(json.loads(sys.argv[2])); print(json.dumps(d))' \
+    "$dtype" "${COTENSOR_LM_JSON:-{\}}" "$served" >"$repo/$name/cotensor.json"
 }
 
 # start_cotensor: serves $work/repo; sets url.
@@ -206,15 +243,15 @@ start_cotensor() {
   url=http://127.0.0.1:$port
 }
 
-# start_vllm NAME DTYPE: serves $work/repo/NAME; sets url.
+# start_vllm NAME DTYPE CONTEXT: serves $work/repo/NAME; sets url.
 start_vllm() {
-  local name=$1 dtype=$2 folder="$work/repo/$1" port log="$work/vllm.log"
+  local name=$1 dtype=$2 served=$3 folder="$work/repo/$1" port log="$work/vllm.log"
   port=$(free_port)
   # shellcheck disable=SC2086
   VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} \
     VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-0-$((cores - 1))} \
     setsid "$vllm" serve "$folder" --served-model-name "$name" --dtype "$dtype" \
-    --max-model-len 1024 --host 127.0.0.1 --port "$port" ${VLLM_ARGS:-} >"$log" 2>&1 &
+    --max-model-len "$served" --host 127.0.0.1 --port "$port" ${VLLM_ARGS:-} >"$log" 2>&1 &
   pgid=$!
   local t0=$SECONDS
   until curl -sf -m 2 "http://127.0.0.1:$port/v1/models" >/dev/null; do
@@ -236,8 +273,10 @@ measure() {
   local version=$cot_version
   [[ $engine == vllm ]] && version=$vllm_version
   echo "lm_compare.sh: $engine $name $dtype, round $round" >&2
-  prepare "$folder" "$name" "$dtype"
-  if [[ $engine == cotensor ]]; then start_cotensor; else start_vllm "$name" "$dtype"; fi
+  local served
+  served=$(served_context "$folder")
+  prepare "$folder" "$name" "$dtype" "$served"
+  if [[ $engine == cotensor ]]; then start_cotensor; else start_vllm "$name" "$dtype" "$served"; fi
   local label
   label=$("$py" -c 'import json,sys; a=sys.argv; print(json.dumps({"engine":a[1],"model":a[2],"dtype":a[3],"round":int(a[4]),"run":a[5],"date":a[6],"cpu":a[7],"cores":int(a[8]),"host":a[9],"quick":a[10]=="1","tokenizer_padded":a[15]=="1","versions":{"cotensor":a[11],"vllm":a[12],"torch":a[13]},"engine_version":a[14]}))' \
     "$engine" "$name" "$dtype" "$round" "$run" "$date" "$cpu" "$cores" "$(hostname)" "$quick" \
@@ -251,13 +290,14 @@ measure() {
     first=0
   done
   if ((prefix_check)); then
-    local positions prefix
-    # 1,000 ids (+16 +1 fit vLLM's --max-model-len 1024); 900 where the model has only 1,024
-    # positions (gpt2-small), positions - 124 below that.
-    positions=$("$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("n_positions") or c.get("max_position_embeddings") or 1024)' "$folder/config.json")
-    prefix=$((positions > 1024 ? 1000 : positions - 124))
-    "$py" "$here/lm_load.py" --url "$url" --model "$name" --prefix-tokens "$prefix" \
-      --prefix-trials "$trials" --label "$label" | tee -a "$out" || failed=1
+    # 1,000 tokens; 900 where the context is 1,024 (gpt2-small: the chat's template and user
+    # message, ~40 tokens, and the token generated fit after it), context - 124 below that.
+    local prefix=$((served > 1024 ? 1000 : served - 124)) chat
+    for chat in "" --prefix-chat; do
+      # shellcheck disable=SC2086
+      "$py" "$here/lm_load.py" --url "$url" --model "$name" --prefix-tokens "$prefix" \
+        --prefix-trials "$trials" --label "$label" $chat | tee -a "$out" || failed=1
+    done
   fi
   stop_server
 }

@@ -32,6 +32,10 @@ prefix cache helps) and two servers are given the same prompts.
 prefixes of K ids, a request with prefix + 16 ids of its own, then one with the same prefix + 16
 other ids, both max_tokens 1, one at a time after a warm-up of the same length; prints one JSON
 line with ttft_first_ms, ttft_second_ms (medians) and ratio = second / first (target <= 0.3).
+With --prefix-chat the same check goes through /v1/chat/completions: a system prompt of words
+that the server's chat template and tokenizer make about K prompt tokens (the word count
+fitted from two requests' usage.prompt_tokens), then two user messages of 16 words each after
+the same system prompt (prompt_tokens_all: what the server counted).
 
 --label 'engine=cotensor,dtype=float32' (or a JSON object) adds its fields to every line.
 Exit status: 0, or 1 when a request failed (its error goes to stderr).
@@ -161,10 +165,21 @@ def sse_events(buffer, data):
 
 
 # ---------------------------------------------------------------- one request
+def token_chunk(c):
+    """Whether a streamed choice carries a token: text (a completion's `text`, a chat's
+    `delta.content`), or no finish_reason yet (a token whose text is held back). Not one: a
+    chat's opening delta with the role alone, and a last chunk with "" and the finish_reason
+    alone (cotensor sends one; vLLM puts the finish_reason on the last token's chunk)."""
+    if "delta" in c:
+        d = c["delta"] or {}
+        return bool(d.get("content")) or (c.get("finish_reason") is None and "role" not in d)
+    return bool(c.get("text")) or c.get("finish_reason") is None
+
+
 async def completion(conn, path, body):
     """One streamed completion. Returns a dict: ok, error, t_sent, token chunk times, usage."""
     out = {"ok": False, "error": None, "chunk_times": [], "usage_tokens": None,
-           "finish_reason": None}
+           "prompt_tokens": None, "finish_reason": None}
     out["t_sent"] = time.perf_counter()
     try:
         # One timeout for the whole request (not one task per chunk: the client shares the
@@ -197,16 +212,14 @@ async def _completion(conn, path, body, out):
             if "error" in msg:
                 raise HttpError(f"error event: {msg['error']}")
             choices = msg.get("choices") or []
-            # A token's chunk: text, or no finish_reason yet (a token whose text is held back).
-            # Not one: a last chunk with "" and the finish_reason alone (cotensor sends one;
-            # vLLM puts the finish_reason on the last token's chunk).
-            if any(c.get("text") or c.get("finish_reason") is None for c in choices):
+            if any(token_chunk(c) for c in choices):
                 out["chunk_times"].append(t)
             for c in choices:
                 if c.get("finish_reason"):
                     out["finish_reason"] = c["finish_reason"]
             if msg.get("usage"):
                 out["usage_tokens"] = msg["usage"].get("completion_tokens")
+                out["prompt_tokens"] = msg["usage"].get("prompt_tokens")
     if not keep:
         await conn.close()
     if not done:
@@ -346,6 +359,77 @@ async def prefix_check(args, host, port, path):
             "ratio": round(b / a, 4) if a else None}
 
 
+# Words of the chat check's system prompts (English, so that a BPE trained on text makes few
+# tokens of each).
+WORDS = (
+    "the of and to in is you that it he was for on are as with his they at be this have from "
+    "or one had by word but not what all were we when your can said there use an each which "
+    "she do how their if will up other about out many then them these so some her would make "
+    "like him into time has look two more write go see number no way could people my than "
+    "first water been call who oil its now find long down day did get come made may part "
+    "answer question model server request token cache prefix stream system user assistant "
+    "always never careful helpful brief clear polite reply explain detail example rule").split()
+
+
+def words(n, *seed):
+    rng = random.Random(repr(("words",) + seed))
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def chat_body(args, system, user, max_tokens):
+    body = request_body(args, None, max_tokens)
+    del body["prompt"]
+    body["messages"] = [{"role": "system", "content": system},
+                        {"role": "user", "content": user}]
+    return body
+
+
+async def chat_prefix_check(args, host, port, path):
+    """The prefix check through /v1/chat/completions: a system prompt of about
+    --prefix-tokens tokens (words, their count fitted from the server's usage.prompt_tokens),
+    then two user messages of 16 words each after it, one request at a time; prompt_tokens_all
+    holds each trial's whole prompt (the template's tokens and the user's included)."""
+    conn = Connection(host, port, args.warmup_timeout)
+
+    async def ask(system, user):
+        r = await completion(conn, path, chat_body(args, system, user, 1))
+        if not r["ok"] or not r["chunk_times"] or r["prompt_tokens"] is None:
+            raise SystemExit(f"lm_load.py: chat prefix check request: {r['error'] or r}")
+        return r
+
+    firsts, seconds, prompt_tokens = [], [], []
+    try:
+        # The tokens of n system words, from two requests: the template's and the user's
+        # tokens, then so many per word.
+        bare = (await ask("", words(16, "fit", "user")))["prompt_tokens"]
+        probe = 200
+        per_word = ((await ask(words(probe, "fit"), words(16, "fit", "user")))["prompt_tokens"]
+                    - bare) / probe
+        n = max(1, round(args.prefix_tokens / per_word))
+        await ask(words(n, "pc-warm"), words(16, "pc-warm", "user"))
+        for trial in range(args.prefix_trials):
+            system = words(n, "system", trial)
+            ttfts = []
+            for side in ("a", "b"):
+                r = await ask(system, words(16, "user", trial, side))
+                ttfts.append(r["chunk_times"][0] - r["t_sent"])
+            prompt_tokens.append(r["prompt_tokens"])
+            firsts.append(ttfts[0])
+            seconds.append(ttfts[1])
+            print(f"lm_load.py: chat prefix trial {trial} ({r['prompt_tokens']} prompt tokens): "
+                  f"first {ttfts[0] * 1e3:.1f} ms, second {ttfts[1] * 1e3:.1f} ms",
+                  file=sys.stderr)
+    finally:
+        await conn.close()
+    a, b = pct(firsts, 50), pct(seconds, 50)
+    return {"check": "prefix_cache_chat", "prefix_tokens": args.prefix_tokens,
+            "system_words": n, "prompt_tokens_all": prompt_tokens, "user_words": 16,
+            "trials": args.prefix_trials, "ttft_first_ms": ms(a), "ttft_second_ms": ms(b),
+            "ttft_first_ms_all": [ms(x) for x in firsts],
+            "ttft_second_ms_all": [ms(x) for x in seconds],
+            "ratio": round(b / a, 4) if a else None}
+
+
 def parse_label(text):
     if not text:
         return {}
@@ -369,6 +453,11 @@ async def main_async(args):
     path = (base if base.endswith("/v1") else base + "/v1") + "/completions"
     label = parse_label(args.label)
     common = {**label, "model": args.model, "url": args.url}
+    if args.prefix_tokens and args.prefix_chat:
+        line = await chat_prefix_check(args, host, port, path.removesuffix("/completions") +
+                                       "/chat/completions")
+        print(json.dumps({**common, **line}), flush=True)
+        return 0
     if args.prefix_tokens:
         line = await prefix_check(args, host, port, path)
         print(json.dumps({**common, **line}), flush=True)
@@ -409,6 +498,9 @@ def main():
     p.add_argument("--prefix-tokens", type=int, default=0,
                    help="run the prefix-cache check with a prefix of this many ids instead")
     p.add_argument("--prefix-trials", type=int, default=3)
+    p.add_argument("--prefix-chat", action="store_true",
+                   help="the prefix check as a chat: a system prompt of about --prefix-tokens "
+                        "tokens shared by two user messages (the model needs a chat template)")
     p.add_argument("--label", default="", help="k=v,k=v or a JSON object added to each line")
     args = p.parse_args()
     return asyncio.run(main_async(args))

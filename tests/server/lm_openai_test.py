@@ -260,6 +260,31 @@ def run_cases(server):
                               {"text_input": "a b c", "parameters": {"max_tokens": SHORT}})
         assert status == 400 and str(SHORT) in json.loads(data)["error"], (status, data)
 
+    @case("bench/server/lm_load.py drives it: a load level and both prefix-cache checks")
+    def _():
+        import subprocess
+        load = HERE.parent.parent / "bench" / "server" / "lm_load.py"
+        base = [sys.executable, str(load), "--url", f"http://{server.url}"]
+        out = subprocess.run(base + ["--model", "gpt2", "--concurrency", "2",
+                                     "--requests-per-stream", "2", "--prompt-tokens", "8",
+                                     "--max-tokens", "4", "--max-id", "200"],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+        level = json.loads(out)
+        assert level["errors"] == 0 and level["requests"] == 4, level
+        assert level["output_tokens"] == 16 and level["ttft_ms_p50"] > 0, level
+        for chat in ([], ["--prefix-chat"]):
+            # `long`: Llama 3's template, a context of 4,096.
+            out = subprocess.run(base + ["--model", "long", "--prefix-tokens", "300",
+                                         "--prefix-trials", "1", "--max-id", "200"] + chat,
+                                 capture_output=True, text=True, timeout=120, check=True).stdout
+            check = json.loads(out)
+            assert check["check"] == ("prefix_cache_chat" if chat else "prefix_cache"), check
+            assert check["ttft_first_ms"] > 0 and check["ttft_second_ms"] > 0, check
+            if chat:
+                # The system prompt fitted to ~300 tokens, the user's 16 words and the template
+                # after it.
+                assert 300 < check["prompt_tokens_all"][0] < 500, check
+
     @case("temperature 0 completion = transformers' greedy ids, for every recorded prompt of "
           "the three models")
     def _():
