@@ -398,7 +398,7 @@ class generator {
 public:
   /// A scheduler for `m` (it keeps a copy, which shares the weights), with its cache allocated
   /// on the model's device. Throws std::invalid_argument for options out of range (a zero
-  /// limit, a cache smaller than one sequence's block).
+  /// limit, a cache smaller than one sequence's block, a `context_length` past the model's).
   explicit generator(const lm::model& m, generator_options options = {});
   /// Stops the steps, cancels every sequence not finished (their `async_next` gives
   /// `std::nullopt`, `finish_reason()` `cancelled`) and waits for the step running, if any.
