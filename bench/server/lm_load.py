@@ -351,9 +351,15 @@ async def prefix_check(args, host, port, path):
     finally:
         args.prompt_tokens = saved
         await conn.close()
-    a, b = pct(firsts, 50), pct(seconds, 50)
     return {"check": "prefix_cache", "prefix_tokens": args.prefix_tokens, "suffix_tokens": 16,
-            "trials": args.prefix_trials, "ttft_first_ms": ms(a), "ttft_second_ms": ms(b),
+            **ttft_pairs(args, firsts, seconds)}
+
+
+def ttft_pairs(args, firsts, seconds):
+    """A prefix check's figures: the trials' first and second times to first token, their
+    medians and second / first."""
+    a, b = pct(firsts, 50), pct(seconds, 50)
+    return {"trials": args.prefix_trials, "ttft_first_ms": ms(a), "ttft_second_ms": ms(b),
             "ttft_first_ms_all": [ms(x) for x in firsts],
             "ttft_second_ms_all": [ms(x) for x in seconds],
             "ratio": round(b / a, 4) if a else None}
@@ -421,13 +427,9 @@ async def chat_prefix_check(args, host, port, path):
                   file=sys.stderr)
     finally:
         await conn.close()
-    a, b = pct(firsts, 50), pct(seconds, 50)
     return {"check": "prefix_cache_chat", "prefix_tokens": args.prefix_tokens,
             "system_words": n, "prompt_tokens_all": prompt_tokens, "user_words": 16,
-            "trials": args.prefix_trials, "ttft_first_ms": ms(a), "ttft_second_ms": ms(b),
-            "ttft_first_ms_all": [ms(x) for x in firsts],
-            "ttft_second_ms_all": [ms(x) for x in seconds],
-            "ratio": round(b / a, 4) if a else None}
+            **ttft_pairs(args, firsts, seconds)}
 
 
 def parse_label(text):
@@ -453,13 +455,12 @@ async def main_async(args):
     path = (base if base.endswith("/v1") else base + "/v1") + "/completions"
     label = parse_label(args.label)
     common = {**label, "model": args.model, "url": args.url}
-    if args.prefix_tokens and args.prefix_chat:
-        line = await chat_prefix_check(args, host, port, path.removesuffix("/completions") +
-                                       "/chat/completions")
-        print(json.dumps({**common, **line}), flush=True)
-        return 0
     if args.prefix_tokens:
-        line = await prefix_check(args, host, port, path)
+        if args.prefix_chat:
+            line = await chat_prefix_check(args, host, port, path.removesuffix("/completions") +
+                                           "/chat/completions")
+        else:
+            line = await prefix_check(args, host, port, path)
         print(json.dumps({**common, **line}), flush=True)
         return 0
     await warm_up(args, host, port, path)

@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -122,32 +123,32 @@ def metric(text, name, labels):
     raise AssertionError(f"no {name}{labels} in /metrics")
 
 
+def linked_model(src, dst, written=()):
+    """dst/: a model folder of symlinks to tests/data/lm/src's files but those named in
+    `written`, which the caller writes."""
+    dst.mkdir()
+    for f in (DATA / src).iterdir():
+        if f.name not in written:
+            os.symlink(f, dst / f.name)
+    return dst
+
+
 def make_repository(root):
     """gpt2, qwen (ChatML) and llama (Llama 3 template) from tests/data/lm, and `long`: the
     Llama one with a context of 4,096 (RoPE has no position weights), one running and one
     waiting sequence at most, so that a stream lasts long enough to leave or drain mid-way."""
     for name, src in (("gpt2", "gpt2-tiny"), ("qwen", "qwen2-tiny"), ("llama", "llama-tiny")):
         os.symlink(DATA / src, root / name)
-    long = root / "long"
-    long.mkdir()
-    for f in (DATA / "llama-tiny").iterdir():
-        if f.name != "config.json":
-            os.symlink(f, long / f.name)
+    long = linked_model("llama-tiny", root / "long", written=("config.json",))
     config = json.loads((DATA / "llama-tiny" / "config.json").read_text())
     config["max_position_embeddings"] = LONG
     (long / "config.json").write_text(json.dumps(config))
     (long / "cotensor.json").write_text(json.dumps({"max_running": 1, "max_waiting": 1}))
     # `short`: gpt2-tiny served with a context of 40 of its 64 positions (cotensor.json).
-    short = root / "short"
-    short.mkdir()
-    for f in (DATA / "gpt2-tiny").iterdir():
-        os.symlink(f, short / f.name)
+    short = linked_model("gpt2-tiny", root / "short")
     (short / "cotensor.json").write_text(json.dumps({"context_length": SHORT}))
     # `badchat`: gpt2-tiny with a chat template that uses a construct the renderer refuses.
-    bad = root / "badchat"
-    bad.mkdir()
-    for f in (DATA / "gpt2-tiny").iterdir():
-        os.symlink(f, bad / f.name)
+    bad = linked_model("gpt2-tiny", root / "badchat", written=("tokenizer_config.json",))
     (bad / "tokenizer_config.json").write_text(json.dumps(
         {"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}\n"
                           "{% macro greet(x) %}hi {{ x }}{% endmacro %}"}))
@@ -262,7 +263,6 @@ def run_cases(server):
 
     @case("bench/server/lm_load.py drives it: a load level and both prefix-cache checks")
     def _():
-        import subprocess
         load = HERE.parent.parent / "bench" / "server" / "lm_load.py"
         base = [sys.executable, str(load), "--url", f"http://{server.url}"]
         out = subprocess.run(base + ["--model", "gpt2", "--concurrency", "2",
