@@ -26,10 +26,11 @@
 # and tokenize the chat check alike.
 #
 # Writes JSON lines (lm_load.py's, with engine, model, dtype, round, run, date, cpu, host,
-# versions, quick) appended to bench/results/<date>-debian<N>-<cores>core-lm-serving.jsonl and
-# prints bench/server/lm_summary.py's table for this run: tokens/s cotensor/vLLM and the targets
-# (16 streams: >= 1.5x vLLM's tokens/s and >= 5x cotensor's own 1 stream; ITL p99 at 16 streams
-# <= 3x the 1-stream ITL p50; prefix-cache TTFT ratio <= 0.3).
+# versions, quick, context: the context served) appended to
+# bench/results/<date>-debian<N>-<cores>core-lm-serving.jsonl and prints bench/server/lm_summary.py's
+# table for this run: tokens/s cotensor/vLLM and the targets (16 streams: >= 1.5x vLLM's tokens/s
+# and >= 5x cotensor's own 1 stream; ITL p99 at 16 streams <= 3x the 1-stream ITL p50;
+# prefix-cache TTFT ratio <= 0.3).
 #
 # Usage: bench/server/lm_compare.sh [--model DIR]... [--dtype float32|bfloat16]... [--quick]
 #          [--rounds N] [--engines cotensor,vllm] [--concurrency 1,4,16,64] [--out FILE]
@@ -278,9 +279,9 @@ measure() {
   prepare "$folder" "$name" "$dtype" "$served"
   if [[ $engine == cotensor ]]; then start_cotensor; else start_vllm "$name" "$dtype" "$served"; fi
   local label
-  label=$("$py" -c 'import json,sys; a=sys.argv; print(json.dumps({"engine":a[1],"model":a[2],"dtype":a[3],"round":int(a[4]),"run":a[5],"date":a[6],"cpu":a[7],"cores":int(a[8]),"host":a[9],"quick":a[10]=="1","tokenizer_padded":a[15]=="1","versions":{"cotensor":a[11],"vllm":a[12],"torch":a[13]},"engine_version":a[14]}))' \
+  label=$("$py" -c 'import json,sys; a=sys.argv; print(json.dumps({"engine":a[1],"model":a[2],"dtype":a[3],"round":int(a[4]),"run":a[5],"date":a[6],"cpu":a[7],"cores":int(a[8]),"host":a[9],"quick":a[10]=="1","tokenizer_padded":a[15]=="1","context":int(a[16]),"versions":{"cotensor":a[11],"vllm":a[12],"torch":a[13]},"engine_version":a[14]}))' \
     "$engine" "$name" "$dtype" "$round" "$run" "$date" "$cpu" "$cores" "$(hostname)" "$quick" \
-    "$cot_version" "$vllm_version" "$torch_version" "$version" "$pad_tokenizer")
+    "$cot_version" "$vllm_version" "$torch_version" "$version" "$pad_tokenizer" "$served")
   local c first=1
   for c in ${concurrency//,/ }; do
     # shellcheck disable=SC2086

@@ -66,7 +66,10 @@ def main():
 
         cs = sorted({k[3] for k in loads if k[:2] == (model, dtype)})
         rounds = max((len(v) for k, v in loads.items() if k[:2] == (model, dtype)), default=0)
-        print(f"\n{model} {dtype} ({rounds} round(s); tokens/s all streams; ms)")
+        contexts = sorted({x["context"] for x in lines
+                           if (x["model"], x["dtype"]) == (model, dtype) and "context" in x})
+        served = f"context {'/'.join(map(str, contexts))}; " if contexts else ""
+        print(f"\n{model} {dtype} ({served}{rounds} round(s); tokens/s all streams; ms)")
         print(f"{'streams':>7} {'cot tok/s':>10} {'vLLM tok/s':>10} {'cot/vLLM':>8} "
               f"{'TTFT50 cot':>10} {'vLLM':>7} {'ITL50 cot':>9} {'vLLM':>6} "
               f"{'ITL99 cot':>9} {'vLLM':>6} {'e2e50 cot':>9} {'vLLM':>7} {'errors':>6}")
