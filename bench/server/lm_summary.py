@@ -46,11 +46,14 @@ def main():
         lines = [x for x in lines if x.get("run") == run]
     loads = defaultdict(list)  # (model, dtype, engine, concurrency) -> lines
     prefix = defaultdict(list)  # (model, dtype, engine) -> lines
+    contexts = defaultdict(set)  # (model, dtype) -> the contexts served (lines since 2026-12-03)
     keys = []
     for x in lines:
         k = (x["model"], x["dtype"])
         if k not in keys:
             keys.append(k)
+        if "context" in x:
+            contexts[k].add(x["context"])
         if x.get("check") in ("prefix_cache", "prefix_cache_chat"):
             prefix[k + (x["engine"], x["check"])].append(x)
         else:
@@ -66,9 +69,8 @@ def main():
 
         cs = sorted({k[3] for k in loads if k[:2] == (model, dtype)})
         rounds = max((len(v) for k, v in loads.items() if k[:2] == (model, dtype)), default=0)
-        contexts = sorted({x["context"] for x in lines
-                           if (x["model"], x["dtype"]) == (model, dtype) and "context" in x})
-        served = f"context {'/'.join(map(str, contexts))}; " if contexts else ""
+        ctx = sorted(contexts[(model, dtype)])
+        served = f"context {'/'.join(map(str, ctx))}; " if ctx else ""
         print(f"\n{model} {dtype} ({served}{rounds} round(s); tokens/s all streams; ms)")
         print(f"{'streams':>7} {'cot tok/s':>10} {'vLLM tok/s':>10} {'cot/vLLM':>8} "
               f"{'TTFT50 cot':>10} {'vLLM':>7} {'ITL50 cot':>9} {'vLLM':>6} "
