@@ -416,16 +416,21 @@ TEST_SUITE("runtime") {
       held.wait();
       return 2.0F * v;
     });
+    std::jthread release;  // outlives rt: it lets the worker go while rt's destructor waits
     {
       runtime rt({.worker_threads = 1, .inline_small_ops = false});
-      // The reader's hand-off ends 5 s after it is queued: the reader and the wait below end
-      // well within that, also on two cores busy with other tests.
-      faults::delay_dispatch(1, 5s);
+      // The reader's hand-off is held until `release` ends it, or 30 s at most: the reader and
+      // the wait below end well within that, also on two cores busy with other tests.
+      faults::delay_dispatch(1, 30s);
       const auto read = written * written;  // on rt; ready when the writer ends
       gate.open();
       CHECK(read.to_vector() == std::vector<float>(16, 4.0F));
       CHECK(faults::delayed_dispatches_ended() == ended);  // the worker is still handing it over
-    }  // waits for the worker to leave rt's dispatch
+      release = std::jthread([] {
+        std::this_thread::sleep_for(200ms);
+        faults::release_delayed_dispatches();
+      });
+    }  // waits for the worker to leave rt's dispatch, 200 ms from here
     CHECK(faults::delayed_dispatches_ended() == ended + 1);
     faults::reset();
     wait_all();

@@ -5,6 +5,7 @@
 #include "support/fault_hooks.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -34,6 +35,8 @@ struct state {
   std::vector<target> cuda;
   std::chrono::microseconds delay{0};
   std::chrono::microseconds dispatch_delay{0};
+  bool dispatch_released = false;         // release_delayed_dispatches ends the sleeps at once
+  std::condition_variable dispatch_wake;  // ... and wakes the one in progress
   std::vector<std::uint64_t> failing;     // observer numbers of pushed ops to fail
   std::vector<std::uint64_t> delayed;     // ... to delay
   std::vector<std::uint64_t> dispatched;  // ... and whose hand-off to their backend to delay
@@ -172,7 +175,17 @@ void delay_dispatch(std::uint64_t nth, std::chrono::microseconds delay) {
   std::lock_guard lock(s.mutex);
   s.ops.push_back({s.pushes + nth, op_fault::delay_dispatch});
   s.dispatch_delay = delay;
+  s.dispatch_released = false;
   s.update_armed();
+}
+
+void release_delayed_dispatches() noexcept {
+  auto& s = global();
+  {
+    std::lock_guard lock(s.mutex);
+    s.dispatch_released = true;
+  }
+  s.dispatch_wake.notify_all();
 }
 
 namespace {
@@ -198,13 +211,11 @@ bool delays_dispatch(const op_node& op) noexcept {
 }
 
 void end_delayed_dispatch() noexcept {
-  std::chrono::microseconds delay{0};
+  auto& s = global();
   {
-    auto& s = global();
-    std::lock_guard lock(s.mutex);
-    delay = s.dispatch_delay;
+    std::unique_lock lock(s.mutex);
+    s.dispatch_wake.wait_for(lock, s.dispatch_delay, [&s] { return s.dispatch_released; });
   }
-  std::this_thread::sleep_for(delay);
   dispatch_delays_ended.fetch_add(1, std::memory_order_release);
 }
 
@@ -215,6 +226,7 @@ void reset() noexcept {
   s.allocs.clear();
   s.cuda.clear();
   s.dispatched.clear();
+  s.dispatch_released = false;
   s.update_armed();
 }
 

@@ -47,9 +47,13 @@ void delay_op(std::uint64_t nth, std::chrono::microseconds delay);
 /// Delays the hand-off of the `nth` op pushed from now to its backend by `delay` (1: the next):
 /// when its last dependency is met, the thread that met it queues it on the backend, then sleeps
 /// before it leaves the engine's dispatch, as a thread preempted inside the backend's enqueue
-/// would. The op itself runs at once, on a worker. `delayed_dispatches_ended` counts these
+/// would. The op itself runs at once, on a worker. The sleep ends after `delay` or at
+/// release_delayed_dispatches, whichever comes first; `delayed_dispatches_ended` counts these
 /// sleeps that have ended.
 void delay_dispatch(std::uint64_t nth, std::chrono::microseconds delay);
+/// Ends the sleep of a hand-off delayed by delay_dispatch now, and of any that begins before the
+/// next delay_dispatch or reset.
+void release_delayed_dispatches() noexcept;
 /// How many hand-offs delayed by delay_dispatch have ended since the process began.
 std::uint64_t delayed_dispatches_ended() noexcept;
 /// Makes the `nth` CUDA call checked by the CUDA backend from now fail (1: the next), as if it
