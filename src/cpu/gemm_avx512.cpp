@@ -37,7 +37,7 @@ namespace {
 
 using namespace avx512;
 
-// A worker's float32 partial sums of one tile (at most 96 x 512), kept for its next tile.
+// A worker's float32 partial sums of one tile (at most mc x few_rows_nc), kept for its next tile.
 float* partial_sums(std::int64_t count) {
   return static_cast<float*>(thread_scratch(static_cast<std::size_t>(count) * sizeof(float)));
 }
@@ -101,15 +101,16 @@ void gemm(const typename Steps::element* a,
     return a_panel<Steps>{packed_a.get() + (panel - first_packed) * steps * mr + p0 * mr, 1, mr};
   };
 
-  // Column tiles of 512 columns; over B laid out beforehand, few rows take narrower ones (two a
-  // worker at least), their width the one that gives the busiest worker fewest panels (6 of
-  // GPT-2's 36 panels a tile, not 8: one worker had 20, the other 16), or a wider one within
-  // 1/16 of it: their time is B's reading, which the workers share by columns.
+  // Column tiles of nc columns; over B laid out beforehand, few rows take tiles of up to
+  // few_rows_nc columns (two a worker at least), their width the one that gives the busiest
+  // worker fewest panels (6 of GPT-2's 36 panels a tile, not 8: one worker had 20, the other
+  // 16), or a wider one within 1/16 of it: their time is B's reading, which the workers share by
+  // columns.
   const std::int64_t workers = std::max(1, backend_concurrency());
   std::int64_t tile_panels = nc / nr;
   if (!packs && m <= mc) {
     std::int64_t fewest = 0;
-    for (std::int64_t width = nc / nr; width >= 1; --width) {
+    for (std::int64_t width = few_rows_nc / nr; width >= 1; --width) {
       const std::int64_t tiles = (b_panels + width - 1) / width;
       const std::int64_t busiest = (tiles + workers - 1) / workers * width;
       if (width > 1 && tiles < std::min(2 * workers, b_panels)) {
@@ -192,7 +193,7 @@ void gemm(const typename Steps::element* a,
       return;
     }
     // Few rows over packed B (a decode step of many sequences), where B's reading is most of
-    // the time: each block of a panel of B (64 KiB) read from memory by the first panel of A,
+    // the time: each block of a panel of B (96 KiB) read from memory by the first panel of A,
     // from L2 by the others, which meanwhile ask for the next block, so that memory and the
     // multiply-adds overlap.
     for (std::int64_t jp = 0; jp < col_panels; ++jp) {
