@@ -50,6 +50,26 @@ TEST_SUITE("tensor") {
     CHECK(transpose(t).to_vector() == std::vector<float>{1, 4, 2, 5, 3, 6});
   }
 
+  TEST_CASE("to_vector copies a tensor of several huge pages whole, as is and converted" *
+            doctest::timeout(30)) {
+    // 1.5 M elements: 6 MB as float32, 12 MB as float64, room advised for huge pages.
+    constexpr std::int64_t n = 1'500'000;
+    const auto t = arange(n, dtype::float32);
+    for (int round = 0; round < 2; ++round) {  // a fresh vector, then one in reused memory
+      const auto as_float = t.to_vector<float>();
+      REQUIRE(as_float.size() == static_cast<std::size_t>(n));
+      const auto as_double = t.to_vector<double>();
+      REQUIRE(as_double.size() == static_cast<std::size_t>(n));
+      std::int64_t wrong = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto want = static_cast<float>(i);
+        wrong += as_float[static_cast<std::size_t>(i)] != want ? 1 : 0;
+        wrong += as_double[static_cast<std::size_t>(i)] != static_cast<double>(want) ? 1 : 0;
+      }
+      CHECK(wrong == 0);
+    }
+  }
+
   TEST_CASE("printing blocks for the value and shows nested rows" * doctest::timeout(10)) {
     std::ostringstream os;
     os << from_vector({1, 2, 3, 4}, {2, 2}) + 1.0F;

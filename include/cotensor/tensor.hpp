@@ -131,13 +131,18 @@ public:
       read_to_host(cotensor::dtype::boolean, bytes.get(), "to_vector");
       return std::vector<bool>(bytes.get(), bytes.get() + numel());
     } else {
+      const auto count = static_cast<std::size_t>(numel());
+      std::vector<T> values;
+      values.reserve(count);
+      prepare_host_copy(values.data(), count * sizeof(T));
       // Computed, on the host and of type T already: the vector copied straight from the
       // buffer, in one pass (no zeroing first).
       if (const void* p = host_elements(dtype_of<T>)) {
         const T* first = static_cast<const T*>(p);
-        return std::vector<T>(first, first + numel());
+        values.insert(values.end(), first, first + count);
+        return values;
       }
-      std::vector<T> values(static_cast<std::size_t>(numel()));
+      values.resize(count);
       read_to_host(dtype_of<T>, values.data(), "to_vector");
       return values;
     }
@@ -189,6 +194,9 @@ private:
   // The elements of a host tensor of dtype `t` with at least one element (the caller waits
   // first); else null.
   const void* host_elements(cotensor::dtype t) const noexcept;
+  // Readies fresh room for a copy of `bytes` (to_vector's): from 2 MiB, advised for
+  // transparent huge pages, faulted in 2 MiB at a time rather than 4 KiB.
+  static void prepare_host_copy(void* p, std::size_t bytes) noexcept;
 
   std::shared_ptr<detail::storage> storage_;
   cotensor::shape shape_;

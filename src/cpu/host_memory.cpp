@@ -16,10 +16,6 @@
 #include <mutex>
 #include <new>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 namespace cotensor::detail::cpu {
 namespace {
 
@@ -123,23 +119,6 @@ recent_blocks& recent() noexcept {
   return *blocks;
 }
 #endif
-
-// Asks Linux for transparent huge pages over the 2 MiB pages that lie wholly inside a large
-// block, before its pages are first touched: a language model's weights and KV cache, read in
-// strips across many rows, then miss the TLB once per 2 MiB rather than once per 4 KiB. Only a
-// hint: where THP is off (or `never`), nothing changes; where it is `madvise` (Debian's
-// default), this is what turns it on for these blocks.
-void advise_huge_pages([[maybe_unused]] void* p, [[maybe_unused]] std::size_t bytes) noexcept {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr std::uintptr_t huge = huge_page;
-  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + huge - 1) & ~(huge - 1);
-  const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(huge - 1);
-  if (end > begin) {
-    // NOLINTNEXTLINE(performance-no-int-to-ptr): the range inside the block, page-aligned
-    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-  }
-#endif
-}
 
 #if !COTENSOR_SYSTEM_ALLOCATOR
 // Large lasting blocks (a model's packed weights), one after another in chunks of whole

@@ -3,6 +3,7 @@
 #include "cotensor/ops.hpp"
 
 #include "frontend/frontend.hpp"
+#include "support/host_allocator.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -78,6 +79,12 @@ void tensor::read_to_host(cotensor::dtype t, void* out, const char* what) const 
   // Converted on the calling thread (the value is computed: nothing else writes it now).
   detail::cpu_kernel_table->cast(
       {.from = dtype(), .in = storage_->raw(), .to = t, .out = out, .n = numel()});
+}
+
+void tensor::prepare_host_copy(void* p, std::size_t bytes) noexcept {
+  if (bytes >= std::size_t{2} << 20) {
+    detail::advise_huge_pages(p, bytes);
+  }
 }
 
 const void* tensor::host_elements(cotensor::dtype t) const noexcept {

@@ -13,6 +13,10 @@
 #include <new>
 #include <pthread.h>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace cotensor::detail {
 
 #if !COTENSOR_SYSTEM_ALLOCATOR
@@ -123,6 +127,22 @@ void free_bytes(void* p,
     }
   }
   scalable_aligned_free(p);
+#endif
+}
+
+// A language model's weights and KV cache, read in strips across many rows, then miss the TLB
+// once per 2 MiB rather than once per 4 KiB, and a large vector copied out of a tensor is
+// faulted in a 2 MiB page at a time. Where THP is `madvise` (Debian's default), this is what
+// turns it on for these ranges.
+void advise_huge_pages([[maybe_unused]] void* p, [[maybe_unused]] std::size_t bytes) noexcept {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + huge - 1) & ~(huge - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(huge - 1);
+  if (end > begin) {
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): the range inside the block, page-aligned
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  }
 #endif
 }
 
