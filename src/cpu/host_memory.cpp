@@ -20,11 +20,11 @@ namespace cotensor::detail::cpu {
 namespace {
 
 constexpr std::size_t buffer_alignment = device_allocator::host_alignment;
-constexpr std::size_t huge_page = std::size_t{2} << 20;
 // Blocks from this size on are advised for transparent huge pages (advise_huge_pages).
 constexpr std::size_t huge_page_threshold = std::size_t{4} << 20;
 
 #if !COTENSOR_SYSTEM_ALLOCATOR
+constexpr std::size_t huge_page = std::size_t{2} << 20;
 // Lasting blocks from this size on go to the lasting arena, in huge pages throughout.
 constexpr std::size_t lasting_arena_threshold = std::size_t{1} << 20;
 
