@@ -194,7 +194,7 @@ private:
   // The elements of a host tensor of dtype `t` with at least one element (the caller waits
   // first); else null.
   const void* host_elements(cotensor::dtype t) const noexcept;
-  // Readies fresh room for a copy of `bytes` (to_vector's): from 2 MiB, advised for
+  // Readies fresh room for a copy of `bytes` (to_vector's): its whole 2 MiB pages advised for
   // transparent huge pages, faulted in 2 MiB at a time rather than 4 KiB.
   static void prepare_host_copy(void* p, std::size_t bytes) noexcept;
 

@@ -24,7 +24,7 @@ constexpr std::size_t buffer_alignment = device_allocator::host_alignment;
 constexpr std::size_t huge_page_threshold = std::size_t{4} << 20;
 
 #if !COTENSOR_SYSTEM_ALLOCATOR
-constexpr std::size_t huge_page = std::size_t{2} << 20;
+constexpr std::size_t huge_page = huge_page_bytes;
 // Lasting blocks from this size on go to the lasting arena, in huge pages throughout.
 constexpr std::size_t lasting_arena_threshold = std::size_t{1} << 20;
 

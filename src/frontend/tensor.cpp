@@ -82,9 +82,7 @@ void tensor::read_to_host(cotensor::dtype t, void* out, const char* what) const 
 }
 
 void tensor::prepare_host_copy(void* p, std::size_t bytes) noexcept {
-  if (bytes >= std::size_t{2} << 20) {
-    detail::advise_huge_pages(p, bytes);
-  }
+  detail::advise_huge_pages(p, bytes);  // nothing below one whole huge page
 }
 
 const void* tensor::host_elements(cotensor::dtype t) const noexcept {

@@ -136,7 +136,7 @@ void free_bytes(void* p,
 // turns it on for these ranges.
 void advise_huge_pages([[maybe_unused]] void* p, [[maybe_unused]] std::size_t bytes) noexcept {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
+  constexpr std::uintptr_t huge = huge_page_bytes;
   const auto begin = (reinterpret_cast<std::uintptr_t>(p) + huge - 1) & ~(huge - 1);
   const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(huge - 1);
   if (end > begin) {

@@ -13,6 +13,9 @@ void* allocate_bytes(std::size_t bytes, std::size_t alignment);
 /// Frees a block from `allocate_bytes`, given the same `bytes` and `alignment`.
 void free_bytes(void* p, std::size_t bytes, std::size_t alignment) noexcept;
 
+/// The size of an x86-64 transparent huge page.
+inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
+
 /// Asks Linux for transparent huge pages over the 2 MiB pages that lie wholly inside
 /// [p, p + bytes), before they are first touched; a hint only (nothing where THP is `never`).
 void advise_huge_pages(void* p, std::size_t bytes) noexcept;
