@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
@@ -68,6 +69,63 @@ TEST_SUITE("tensor") {
       }
       CHECK(wrong == 0);
     }
+  }
+
+  TEST_CASE("view_host reads the computed elements in place, sharing the buffer" *
+            doctest::timeout(10)) {
+    auto t = matmul(from_vector({1, 2, 3, 4}, {2, 2}), from_vector({1, 0, 0, 2}, {2, 2}));
+    const host_view<float> v = t.view_host();
+    CHECK(v.shape() == shape{2, 2});
+    REQUIRE(v.size() == 4);
+    CHECK(std::vector<float>(v.begin(), v.end()) == std::vector<float>{1, 4, 3, 8});
+    const std::span<const float> s = v;
+    CHECK(s.data() == v.data());
+    // No copy: a later write to the buffer, once ended, is read through the view.
+    t += 1.0F;
+    t.wait();
+    CHECK(v[0] == 2.0F);
+    CHECK(v[3] == 9.0F);
+    CHECK(t.view_host().data() == v.data());
+    CHECK(reshape(t, {4}).view_host().data() == v.data());
+    // The view holds the buffer: its elements outlive every handle.
+    t = tensor{};
+    CHECK(std::vector<float>(v.begin(), v.end()) == std::vector<float>{2, 5, 4, 9});
+  }
+
+  TEST_CASE("view_host waits for the pending writes, for every dtype's own elements" *
+            doctest::timeout(30)) {
+    constexpr std::int64_t n = 1'000'000;
+    auto t = arange(n, dtype::int64);
+    t *= 3;  // pending, most likely, when the view is asked for
+    const auto v = t.view_host<std::int64_t>();
+    REQUIRE(v.size() == static_cast<std::size_t>(n));
+    std::int64_t wrong = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      wrong += v[static_cast<std::size_t>(i)] != 3 * i ? 1 : 0;
+    }
+    CHECK(wrong == 0);
+    const auto flags = (arange(4, dtype::int32) > 1).view_host<bool>();
+    CHECK(std::vector<bool>(flags.begin(), flags.end()) ==
+          std::vector<bool>{false, false, true, true});
+    const auto halves = arange(3, dtype::bfloat16).view_host<bfloat16_t>();
+    CHECK(static_cast<float>(halves[2]) == 2.0F);
+    const auto none = zeros({0, 3}).view_host();
+    CHECK(none.empty());
+    CHECK(none.shape() == shape{0, 3});
+    CHECK(host_view<double>{}.empty());
+  }
+
+  TEST_CASE("view_host refuses another dtype and an empty handle at the call, and rethrows a "
+            "failed op's error" *
+            doctest::timeout(10)) {
+    const auto t = ones({2});
+    CHECK_THROWS_WITH_AS(static_cast<void>(t.view_host<double>()),
+                         doctest::Contains("float64 elements of a float32 tensor"),
+                         std::invalid_argument);
+    CHECK_THROWS_AS(static_cast<void>(tensor{}.view_host()), std::invalid_argument);
+    const auto failed =
+        map(ones(shape{2}), [](float) -> float { throw std::runtime_error("boom"); });
+    CHECK_THROWS_WITH_AS(static_cast<void>(failed.view_host()), "boom", std::runtime_error);
   }
 
   TEST_CASE("printing blocks for the value and shows nested rows" * doctest::timeout(10)) {

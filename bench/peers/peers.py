@@ -11,7 +11,10 @@ bench/chapter/main.cpp (cotensor_bench_chapter):
   dependency_graph_1000  s        1,000 x (x, y = ones((1, 2)); z = x * y + 2; read z)
   increment_10000        s        10,000 x `y = x + 1` on a (1, 2) array, one wait at the end
   increment_10000_sync   s        the same, waiting for each y
-  numpy_conversion       s        matmul(a, a) to a NumPy array (not NumPy itself)
+  numpy_conversion       s        matmul(a, a) to a NumPy array that shares the result's memory
+                                  where the peer can (PyTorch's .numpy(), JAX's np.asarray; MLX
+                                  copies); not NumPy itself
+  numpy_copy             s        matmul(a, a) to a NumPy array of its own (a copy); not NumPy
   scalar_conversion      s        matmul(a, a).sum() to a Python float
   sgemm_<n>_gflops       GFLOP/s  2 n^3 / the time of one n x n float32 matmul, waited
   bf16_gemm_<n>_gflops   GFLOP/s  the same for bfloat16 (PyTorch and JAX; NumPy has no
@@ -134,6 +137,7 @@ def torch_figures(repeat, sizes, threads):
 
     a = torch.randn(size=(N, N))
     fig["numpy_conversion"] = timed(lambda: torch.mm(a, a).numpy(), repeat)
+    fig["numpy_copy"] = timed(lambda: torch.mm(a, a).numpy().copy(), repeat)
     fig["scalar_conversion"] = timed(lambda: torch.mm(a, a).sum().item(), repeat)
     def gemm(n):
         m = torch.randn(size=(n, n))
@@ -191,6 +195,7 @@ def jax_figures(repeat, sizes):
 
     a = jax.random.normal(key, (N, N), dtype=jnp.float32).block_until_ready()
     fig["numpy_conversion"] = timed(lambda: np.asarray(jnp.dot(a, a)), repeat)
+    fig["numpy_copy"] = timed(lambda: np.array(jnp.dot(a, a)), repeat)
     fig["scalar_conversion"] = timed(lambda: jnp.dot(a, a).sum().item(), repeat)
     def gemm(n, dtype=jnp.float32):
         m = jax.random.normal(key, (n, n), dtype=dtype).block_until_ready()
@@ -245,6 +250,7 @@ def mlx_figures(repeat, sizes):
     a = mx.random.normal((N, N), dtype=mx.float32)
     mx.eval(a)
     fig["numpy_conversion"] = timed(lambda: np.array(mx.matmul(a, a)), repeat)
+    fig["numpy_copy"] = fig["numpy_conversion"]  # np.array copies already
     fig["scalar_conversion"] = timed(lambda: mx.matmul(a, a).sum().item(), repeat)
     def gemm(n):
         m = mx.random.normal((n, n), dtype=mx.float32)

@@ -11,6 +11,7 @@
 #include <exception>
 #include <iosfwd>
 #include <memory>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -24,6 +25,59 @@ struct internal_key {
 };
 inline constexpr internal_key internal{};
 }  // namespace detail
+
+/// A read-only view of a computed CPU tensor's elements, in row-major order, sharing its buffer
+/// (no copy): what `tensor::view_host` returns, as PyTorch's `.numpy()` and `np.asarray` of a
+/// JAX array share theirs. It holds a reference to the buffer, which lives as long as the view
+/// does, however long the tensor's handles last. A view is a range of `const T` (`begin`,
+/// `end`, `operator[]`, `std::span`); a default-made one is empty.
+///
+/// Sharing: ops issued on the buffer after the view was made (`+=` on the tensor or on a
+/// `reshape` of it, say) are not ordered with reads through the view: read it only while no such
+/// op may run, or copy it first (`tensor::to_vector`). Ops that only read the buffer may run
+/// alongside.
+/// Thread safety: a view may be read from any threads at once; copying or destroying one is as
+/// for `std::shared_ptr`.
+template <class T>
+requires element_type<T>
+class host_view {
+public:
+  using element_type = const T;
+  using value_type = T;
+  using size_type = std::size_t;
+  using iterator = const T*;
+
+  /// An empty view, of no buffer.
+  host_view() noexcept = default;
+
+  /// The first element (null for an empty view).
+  const T* data() const noexcept { return data_; }
+  /// Number of elements.
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  /// The tensor's extents when the view was made.
+  const cotensor::shape& shape() const noexcept { return shape_; }
+  /// Element `i` in row-major order; `i < size()`, unchecked.
+  const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  const T* begin() const noexcept { return data_; }
+  const T* end() const noexcept { return data_ + size_; }
+  /// The elements as a span (valid while this view lives).
+  std::span<const T> span() const noexcept { return {data_, size_}; }
+  operator std::span<const T>() const noexcept { return span(); }
+
+  /// Internal: made by `tensor::view_host`; not part of the API.
+  host_view(detail::internal_key /*key*/,
+            std::shared_ptr<const void> buffer,
+            cotensor::shape s) noexcept
+      : buffer_(std::move(buffer)), data_(static_cast<const T*>(buffer_.get())),
+        size_(static_cast<std::size_t>(s.numel())), shape_(std::move(s)) {}
+
+private:
+  std::shared_ptr<const void> buffer_;  // the storage, aliased to its elements
+  const T* data_ = nullptr;
+  std::size_t size_ = 0;
+  cotensor::shape shape_;
+};
 
 /// A handle to a row-major, contiguous array of one `dtype` (float32 unless made otherwise)
 /// whose value may still be being computed.
@@ -148,6 +202,19 @@ public:
     }
   }
 
+  /// Blocks, then returns a view of the elements that shares this tensor's buffer, without a
+  /// copy (PyTorch's `.numpy()`; `to_vector` copies). `T` must be this tensor's element type,
+  /// and the tensor must be on the CPU. See `host_view` for what sharing allows.
+  ///
+  /// Errors: `std::invalid_argument` at once for an empty handle, a GPU tensor (copy it with
+  /// `to(device::cpu())` first) or a `T` of another dtype, naming both; the op's exception, as
+  /// `wait`.
+  /// Thread safety: as `wait` (any thread but a backend's). On an Asio event loop, call it after
+  /// `co_await ready()`: it then returns at once unless a write was issued in between.
+  template <class T = float>
+  requires element_type<T> cotensor::host_view<T> view_host()
+  const { return {detail::internal, host_buffer(dtype_of<T>), shape_}; }
+
   /// Copies to device `d`, asynchronously. A copy between the host and a GPU runs on the GPU's
   /// copy streams, after the GPU's work on the source. Errors: `std::system_error` with
   /// `errc::device_unavailable` at once if `d` is not available in this build or machine.
@@ -191,6 +258,8 @@ public:
 private:
   void require_defined(const char* what) const;
   void read_to_host(cotensor::dtype t, void* out, const char* what) const;
+  // view_host's checks and wait; the storage, aliased to its elements.
+  std::shared_ptr<const void> host_buffer(cotensor::dtype t) const;
   // The elements of a host tensor of dtype `t` with at least one element (the caller waits
   // first); else null.
   const void* host_elements(cotensor::dtype t) const noexcept;

@@ -85,6 +85,23 @@ void tensor::prepare_host_copy(void* p, std::size_t bytes) noexcept {
   detail::advise_huge_pages(p, bytes);  // nothing below one whole huge page
 }
 
+std::shared_ptr<const void> tensor::host_buffer(cotensor::dtype t) const {
+  const auto& s = detail::checked(*this, "view_host");
+  if (!device().is_cpu()) {
+    detail::throw_invalid("view_host", "needs a CPU tensor, got one on " +
+                                           detail::device_name(device()) +
+                                           ": copy it with to(device::cpu()) first");
+  }
+  if (dtype() != t) {
+    detail::throw_invalid("view_host", std::string("a view of ") + std::string(name(t)) +
+                                           " elements of a " + std::string(name(dtype())) +
+                                           " tensor: view it as its own dtype, or convert it"
+                                           " with astype or to_vector");
+  }
+  wait();
+  return {s, s->raw()};
+}
+
 const void* tensor::host_elements(cotensor::dtype t) const noexcept {
   if (storage_ == nullptr || !device().is_cpu() || dtype() != t || numel() == 0) {
     return nullptr;
