@@ -37,6 +37,12 @@ namespace {
 
 using namespace avx512;
 
+// The steps along k of the block that starts at step p0: kc, or all that are left when they are
+// few more than kc (a short last block costs a pass over the tile's sums for little work).
+constexpr std::int64_t k_block(std::int64_t p0, std::int64_t steps) noexcept {
+  return steps - p0 <= kc + kc / 3 ? steps - p0 : kc;
+}
+
 // A worker's float32 partial sums of one tile (at most mc x few_rows_nc), kept for its next tile.
 float* partial_sums(std::int64_t count) {
   return static_cast<float*>(thread_scratch(static_cast<std::size_t>(count) * sizeof(float)));
@@ -167,7 +173,7 @@ void gemm(const typename Steps::element* a,
     const std::int64_t lds = col_panels * nr;
     float* const sums = partial_sums(panels * mr * lds);
     const auto run = [&](std::int64_t ip, std::int64_t jp, std::int64_t p0, b_ahead ahead) {
-      const std::int64_t block = std::min(kc, steps - p0);
+      const std::int64_t block = k_block(p0, steps);
       const tile_sums<Steps> io{sums + ip * mr * lds + jp * nr,
                                 lds,
                                 p0 == 0,
@@ -183,7 +189,7 @@ void gemm(const typename Steps::element* a,
     };
     if (packs || panels == 1 || m > row_path_rows) {
       // A's panel of 6 rows in L1 while a block of B's panels streams from L2.
-      for (std::int64_t p0 = 0; p0 < steps; p0 += kc) {
+      for (std::int64_t p0 = 0; p0 < steps; p0 += k_block(p0, steps)) {
         for (std::int64_t ip = 0; ip < panels; ++ip) {
           for (std::int64_t jp = 0; jp < col_panels; ++jp) {
             run(ip, jp, p0, {});
@@ -197,17 +203,18 @@ void gemm(const typename Steps::element* a,
     // from L2 by the others, which meanwhile ask for the next block, so that memory and the
     // multiply-adds overlap.
     for (std::int64_t jp = 0; jp < col_panels; ++jp) {
-      for (std::int64_t p0 = 0; p0 < steps; p0 += kc) {
-        const std::int64_t next_jp = p0 + kc < steps ? jp : jp + 1;
-        const std::int64_t next_p0 = p0 + kc < steps ? p0 + kc : 0;
+      for (std::int64_t p0 = 0; p0 < steps; p0 += k_block(p0, steps)) {
+        const std::int64_t end = p0 + k_block(p0, steps);
+        const std::int64_t next_jp = end < steps ? jp : jp + 1;
+        const std::int64_t next_p0 = end < steps ? end : 0;
         const std::int64_t next_bytes =
             next_jp < col_panels
-                ? std::min(kc, steps - next_p0) * nr * static_cast<std::int64_t>(sizeof(word))
+                ? k_block(next_p0, steps) * nr * static_cast<std::int64_t>(sizeof(word))
                 : 0;
         const auto* next = reinterpret_cast<const char*>(
             packed_b + (j0 / nr + next_jp) * panel_words + next_p0 * nr);
         const std::int64_t share = (next_bytes + panels - 1) / panels;
-        const std::int64_t block = std::min(kc, steps - p0);
+        const std::int64_t block = end - p0;
         const std::int64_t per_step = (share + 64 * block - 1) / (64 * block) * 64;
         for (std::int64_t ip = 0; ip < panels; ++ip) {
           run(ip, jp, p0, next_bytes == 0 ? b_ahead{} : b_ahead{next + ip * share, per_step});
