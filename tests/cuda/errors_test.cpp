@@ -128,6 +128,14 @@ TEST_SUITE("cuda.errors") {
     CHECK(read_back(x) == std::vector<float>(8, 1.0F));  // x is untouched and still usable
   }
 
+  TEST_CASE("view_host of a GPU tensor throws invalid_argument at the call, naming the device" *
+            doctest::timeout(10)) {
+    const tensor x = ones({8}, gpu);
+    CHECK_THROWS_WITH_AS((void)x.view_host(), doctest::Contains("cuda:"), std::invalid_argument);
+    const auto copied = x.to(device::cpu()).view_host();  // the copy to the host is viewable
+    CHECK(std::vector<float>(copied.begin(), copied.end()) == std::vector<float>(8, 1.0F));
+  }
+
   TEST_CASE("async_op on a GPU tensor throws invalid_argument at the call" * doctest::timeout(10)) {
     const tensor on_gpu = ones({8}, gpu);
     const tensor on_cpu = ones({8});
