@@ -112,7 +112,10 @@ TEST_SUITE("tensor") {
     const auto none = zeros({0, 3}).view_host();
     CHECK(none.empty());
     CHECK(none.shape() == shape{0, 3});
-    CHECK(host_view<double>{}.empty());
+    const host_view<double> unset;
+    CHECK(unset.empty());
+    CHECK(unset.data() == nullptr);
+    CHECK(unset.shape().numel() == 0);
   }
 
   TEST_CASE("view_host refuses another dtype and an empty handle at the call, and rethrows a "

@@ -47,8 +47,8 @@ public:
   using size_type = std::size_t;
   using iterator = const T*;
 
-  /// An empty view, of no buffer.
-  host_view() noexcept = default;
+  /// An empty view, of no buffer: no elements, shape `{0}`.
+  host_view() : shape_{0} {}
 
   /// The first element (null for an empty view).
   const T* data() const noexcept { return data_; }
