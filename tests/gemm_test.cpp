@@ -86,14 +86,17 @@ struct gemm_case {
 // one row, a panel of 6 rows and more, k odd, columns across a 64-column panel (and 16-column
 // vectors) and 256- and 512-column tiles, k past a block of 384 steps (float32 515, bfloat16 1540:
 // two k a step); the tiled path's last tiles of 4 rows and 15 columns, whose stores into C are
-// masked (100 x 527). The AMX kernel's: blocks of 16 and 32 rows, chunks of 32 k (A in place but a
+// masked (100 x 527); a short last block joined to the one before (float32 k 500 and 512,
+// bfloat16 1000 and 1024: up to 512 steps) or not (float32 1026: 384 + 384 + 258; bfloat16
+// 1026: 384 + 129). The AMX kernel's: blocks of 16 and 32 rows, chunks of 32 k (A in place but a
 // last chunk), tiles of 64 x 256 and blocks of 8 chunks (k 300), tiles of 256 rows past k = 2048
 // (100 x 2100), its few-row path up to 64 rows (17, 33, 64) and past it (65, 130).
 const std::vector<gemm_case> gemm_shapes{
     {1, 1, 1},       {3, 7, 5},      {1, 300, 70},    {13, 31, 33},   {12, 64, 17},
     {25, 64, 100},   {96, 128, 512}, {97, 129, 513},  {40, 1030, 70}, {5, 2049, 3},
     {130, 515, 600}, {100, 70, 527}, {16, 32, 32},    {17, 33, 31},   {64, 300, 65},
-    {65, 257, 257},  {33, 96, 600},  {70, 1540, 300},
+    {65, 257, 257},  {33, 96, 600},  {70, 1540, 300}, {70, 500, 130}, {65, 512, 64},
+    {66, 1024, 65},  {70, 1026, 70},
 };
 
 std::vector<float> to_float(const std::vector<bfloat16_t>& v) { return {v.begin(), v.end()}; }

@@ -81,9 +81,11 @@ TEST_SUITE("gemm") {
         continue;
       }
       const scoped_environment forced(k.variable, k.own);
-      // k across a block of 256 steps and odd (bfloat16's pairs); n across the panels of 64
-      // columns and short of a vector.
-      for (const auto& [depth, cols] : {std::pair{300, 527}, std::pair{129, 70}}) {
+      // k odd (bfloat16's pairs), one block or three (float32 1000: 384 + 384 + 232; bfloat16
+      // 1000: one of 500 steps, a short last block joined); n across the panels of 64 columns
+      // and short of a vector.
+      for (const auto& [depth, cols] :
+           {std::pair{300, 527}, std::pair{129, 70}, std::pair{1000, 70}}) {
         const tensor b = operand(depth, cols, 11, k.t);
         const packed_matrix packed(b);
         CHECK(packed.packed());

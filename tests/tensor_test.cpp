@@ -6,10 +6,14 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <memory>
+#include <ranges>
 #include <span>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
 
 using namespace cotensor;
 
@@ -74,11 +78,13 @@ TEST_SUITE("tensor") {
   TEST_CASE("view_host reads the computed elements in place, sharing the buffer" *
             doctest::timeout(10)) {
     auto t = matmul(from_vector({1, 2, 3, 4}, {2, 2}), from_vector({1, 0, 0, 2}, {2, 2}));
-    const host_view<float> v = t.view_host();
+    host_view<float> v = t.view_host();
     CHECK(v.shape() == shape{2, 2});
     REQUIRE(v.size() == 4);
     CHECK(std::vector<float>(v.begin(), v.end()) == std::vector<float>{1, 4, 3, 8});
     const std::span<const float> s = v;
+    CHECK(v.span().size() == 4);
+    static_assert(std::ranges::contiguous_range<const host_view<float>>);
     CHECK(s.data() == v.data());
     // No copy: a later write to the buffer, once ended, is read through the view.
     t += 1.0F;
@@ -87,9 +93,23 @@ TEST_SUITE("tensor") {
     CHECK(v[3] == 9.0F);
     CHECK(t.view_host().data() == v.data());
     CHECK(reshape(t, {4}).view_host().data() == v.data());
-    // The view holds the buffer: its elements outlive every handle.
+    // The view holds the buffer: its elements outlive every handle, and a move hands them on.
+    const std::weak_ptr<detail::storage> buffer = t.storage();
     t = tensor{};
+    CHECK_FALSE(buffer.expired());
     CHECK(std::vector<float>(v.begin(), v.end()) == std::vector<float>{2, 5, 4, 9});
+    host_view<float> moved = std::move(v);
+    CHECK(v.empty());  // NOLINT(bugprone-use-after-move): a moved-from view is empty
+    CHECK(v.data() == nullptr);
+    CHECK(v.shape().numel() == 0);
+    CHECK(moved.size() == 4);
+    CHECK(moved[3] == 9.0F);
+    moved = host_view<float>{};
+    // The last reference gone, the buffer goes too (once the engine has retired its ops).
+    for (int i = 0; i < 5000 && !buffer.expired(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHECK(buffer.expired());
   }
 
   TEST_CASE("view_host waits for the pending writes, for every dtype's own elements" *

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace cotensor {
@@ -30,7 +31,7 @@ inline constexpr internal_key internal{};
 /// (no copy): what `tensor::view_host` returns, as PyTorch's `.numpy()` and `np.asarray` of a
 /// JAX array share theirs. It holds a reference to the buffer, which lives as long as the view
 /// does, however long the tensor's handles last. A view is a range of `const T` (`begin`,
-/// `end`, `operator[]`, `std::span`); a default-made one is empty.
+/// `end`, `operator[]`, `std::span`); a default-made or moved-from one is empty.
 ///
 /// Sharing: ops issued on the buffer after the view was made (`+=` on the tensor or on a
 /// `reshape` of it, say) are not ordered with reads through the view: read it only while no such
@@ -49,6 +50,24 @@ public:
 
   /// An empty view, of no buffer: no elements, shape `{0}`.
   host_view() : shape_{0} {}
+  host_view(const host_view&) = default;
+  host_view& operator=(const host_view&) = default;
+  /// Moves the view; `other` is left empty, as a default-made one.
+  host_view(host_view&& other) noexcept
+      : buffer_(std::move(other.buffer_)), data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        shape_(std::exchange(other.shape_, cotensor::shape{0})) {}
+  /// Moves the view; `other` is left empty, as a default-made one.
+  host_view& operator=(host_view&& other) noexcept {
+    if (this != &other) {
+      buffer_ = std::move(other.buffer_);
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+      shape_ = std::exchange(other.shape_, cotensor::shape{0});
+    }
+    return *this;
+  }
+  ~host_view() = default;
 
   /// The first element (null for an empty view).
   const T* data() const noexcept { return data_; }
@@ -61,9 +80,10 @@ public:
   const T& operator[](std::size_t i) const noexcept { return data_[i]; }
   const T* begin() const noexcept { return data_; }
   const T* end() const noexcept { return data_ + size_; }
-  /// The elements as a span (valid while this view lives).
+  /// The elements as a span, valid while this view lives (a view is a contiguous range, so
+  /// `std::span<const T> s = view;` converts too; as with a `std::vector`, a span of a temporary
+  /// view dangles).
   std::span<const T> span() const noexcept { return {data_, size_}; }
-  operator std::span<const T>() const noexcept { return span(); }
 
   /// Internal: made by `tensor::view_host`; not part of the API.
   host_view(detail::internal_key /*key*/,

@@ -199,9 +199,9 @@ void gemm(const typename Steps::element* a,
       return;
     }
     // Few rows over packed B (a decode step of many sequences), where B's reading is most of
-    // the time: each block of a panel of B (96 KiB) read from memory by the first panel of A,
-    // from L2 by the others, which meanwhile ask for the next block, so that memory and the
-    // multiply-adds overlap.
+    // the time: each block of a panel of B (96 KiB, 128 at most) read from memory by the first
+    // panel of A, from L2 by the others, which meanwhile ask for the next block, so that memory and
+    // the multiply-adds overlap.
     for (std::int64_t jp = 0; jp < col_panels; ++jp) {
       for (std::int64_t p0 = 0; p0 < steps; p0 += k_block(p0, steps)) {
         const std::int64_t end = p0 + k_block(p0, steps);

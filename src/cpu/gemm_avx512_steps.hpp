@@ -39,7 +39,8 @@ constexpr std::int64_t mc = 16 * mr;  // rows of a worker's tile
 // Columns of a worker's tile and steps along k in a block: the block of B's tile that the tile's
 // panels of A stream (384 x 256 words, 384 KiB) with the tile's sums (96 x 256 float32, 96 KiB)
 // in AMD Zen 4's 1 MiB L2. Measured on Zen 4 (2026-12-03, six alternated rounds) against
-// 256 x 512: float32 6 % faster at 1000² and at 4000², bfloat16 7 % and 2 %.
+// 256 x 512: float32 6 % faster at 1000² and at 4000², bfloat16 7 % and 2 %. A last block of up
+// to kc / 3 steps joins the one before (gemm_avx512.cpp's k_block): 512 steps, 512 KiB, at most.
 constexpr std::int64_t nc = 4 * nr;
 constexpr std::int64_t kc = 384;
 // The widest column tile over B laid out beforehand for up to mc rows, where the driver picks
