@@ -43,14 +43,16 @@ template <class T>
 requires element_type<T>
 class host_view {
 public:
-  using element_type = const T;
-  using value_type = T;
-  using size_type = std::size_t;
-  using iterator = const T*;
+  using element_type = const T;   ///< the elements, read-only
+  using value_type = T;           ///< the element type
+  using size_type = std::size_t;  ///< the type of `size()`
+  using iterator = const T*;      ///< the type of `begin()` and `end()`
 
   /// An empty view, of no buffer: no elements, shape `{0}`.
   host_view() : shape_{0} {}
+  /// Copies the view: both refer to the same buffer.
   host_view(const host_view&) = default;
+  /// Copies the view: both refer to the same buffer.
   host_view& operator=(const host_view&) = default;
   /// Moves the view; `other` is left empty, as a default-made one.
   host_view(host_view&& other) noexcept
@@ -67,18 +69,20 @@ public:
     }
     return *this;
   }
-  ~host_view() = default;
 
   /// The first element (null for an empty view).
   const T* data() const noexcept { return data_; }
   /// Number of elements.
   std::size_t size() const noexcept { return size_; }
+  /// True for no elements.
   bool empty() const noexcept { return size_ == 0; }
   /// The tensor's extents when the view was made.
   const cotensor::shape& shape() const noexcept { return shape_; }
   /// Element `i` in row-major order; `i < size()`, unchecked.
   const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  /// The first element, in row-major order.
   const T* begin() const noexcept { return data_; }
+  /// Past the last element.
   const T* end() const noexcept { return data_ + size_; }
   /// The elements as a span, valid while this view lives (a view is a contiguous range, so
   /// `std::span<const T> s = view;` converts too; as with a `std::vector`, a span of a temporary
