@@ -45,26 +45,13 @@ using cotensor_bench::matmul_loop_enqueue;
 using cotensor_bench::n;
 using cotensor_bench::sgemm_gflops;
 
-double numpy_conversion(int repeat, const cotensor::tensor& a) {
+// The time of matmul(a, a) and then `read` of its result (the chapter's implicit blockers), the
+// result freed inside the timer, as in NumPy.
+template <class Read>
+double after_matmul(int repeat, const cotensor::tensor& a, Read read) {
   return median_seconds(repeat, [&] {
     const auto start = clock_type::now();
-    static_cast<void>(cotensor::matmul(a, a).view_host());  // freed inside the timer, as in NumPy
-    return seconds_since(start);
-  });
-}
-
-double numpy_copy(int repeat, const cotensor::tensor& a) {
-  return median_seconds(repeat, [&] {
-    const auto start = clock_type::now();
-    static_cast<void>(cotensor::matmul(a, a).to_vector());
-    return seconds_since(start);
-  });
-}
-
-double scalar_conversion(int repeat, const cotensor::tensor& a) {
-  return median_seconds(repeat, [&] {
-    const auto start = clock_type::now();
-    static_cast<void>(cotensor::matmul(a, a).sum().item());
+    static_cast<void>(read(cotensor::matmul(a, a)));
     return seconds_since(start);
   });
 }
@@ -88,9 +75,12 @@ int main(int argc, char** argv) {
 
   const auto a = cotensor::randn({n, n});
   a.wait();
-  print("numpy_conversion", numpy_conversion(opts.repeat, a));
-  print("numpy_copy", numpy_copy(opts.repeat, a));
-  print("scalar_conversion", scalar_conversion(opts.repeat, a));
+  print("numpy_conversion",
+        after_matmul(opts.repeat, a, [](const cotensor::tensor& c) { return c.view_host(); }));
+  print("numpy_copy",
+        after_matmul(opts.repeat, a, [](const cotensor::tensor& c) { return c.to_vector(); }));
+  print("scalar_conversion",
+        after_matmul(opts.repeat, a, [](const cotensor::tensor& c) { return c.sum().item(); }));
 
   print("sgemm_1000_gflops", sgemm_gflops(opts.repeat, 1000));
   print("sgemm_2000_gflops", sgemm_gflops(opts.repeat, 2000));

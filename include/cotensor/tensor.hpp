@@ -56,50 +56,44 @@ public:
   host_view& operator=(const host_view&) = default;
   /// Moves the view; `other` is left empty, as a default-made one.
   host_view(host_view&& other) noexcept
-      : buffer_(std::move(other.buffer_)), data_(std::exchange(other.data_, nullptr)),
-        size_(std::exchange(other.size_, 0)),
-        shape_(std::exchange(other.shape_, cotensor::shape{0})) {}
+      : buffer_(std::move(other.buffer_)), shape_(std::exchange(other.shape_, cotensor::shape{0})) {
+  }
   /// Moves the view; `other` is left empty, as a default-made one.
   host_view& operator=(host_view&& other) noexcept {
     if (this != &other) {
       buffer_ = std::move(other.buffer_);
-      data_ = std::exchange(other.data_, nullptr);
-      size_ = std::exchange(other.size_, 0);
       shape_ = std::exchange(other.shape_, cotensor::shape{0});
     }
     return *this;
   }
 
   /// The first element (null for an empty view).
-  const T* data() const noexcept { return data_; }
+  const T* data() const noexcept { return static_cast<const T*>(buffer_.get()); }
   /// Number of elements.
-  std::size_t size() const noexcept { return size_; }
+  std::size_t size() const noexcept { return static_cast<std::size_t>(shape_.numel()); }
   /// True for no elements.
-  bool empty() const noexcept { return size_ == 0; }
+  bool empty() const noexcept { return size() == 0; }
   /// The tensor's extents when the view was made.
   const cotensor::shape& shape() const noexcept { return shape_; }
   /// Element `i` in row-major order; `i < size()`, unchecked.
-  const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return data()[i]; }
   /// The first element, in row-major order.
-  const T* begin() const noexcept { return data_; }
+  const T* begin() const noexcept { return data(); }
   /// Past the last element.
-  const T* end() const noexcept { return data_ + size_; }
+  const T* end() const noexcept { return data() + size(); }
   /// The elements as a span, valid while this view lives (a view is a contiguous range, so
   /// `std::span<const T> s = view;` converts too; as with a `std::vector`, a span of a temporary
   /// view dangles).
-  std::span<const T> span() const noexcept { return {data_, size_}; }
+  std::span<const T> span() const noexcept { return {data(), size()}; }
 
   /// Internal: made by `tensor::view_host`; not part of the API.
   host_view(detail::internal_key /*key*/,
             std::shared_ptr<const void> buffer,
             cotensor::shape s) noexcept
-      : buffer_(std::move(buffer)), data_(static_cast<const T*>(buffer_.get())),
-        size_(static_cast<std::size_t>(s.numel())), shape_(std::move(s)) {}
+      : buffer_(std::move(buffer)), shape_(std::move(s)) {}
 
 private:
-  std::shared_ptr<const void> buffer_;  // the storage, aliased to its elements
-  const T* data_ = nullptr;
-  std::size_t size_ = 0;
+  std::shared_ptr<const void> buffer_;  // the storage, aliased to its elements; null: no buffer
   cotensor::shape shape_;
 };
 

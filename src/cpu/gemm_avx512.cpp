@@ -203,8 +203,8 @@ void gemm(const typename Steps::element* a,
     // panel of A, from L2 by the others, which meanwhile ask for the next block, so that memory and
     // the multiply-adds overlap.
     for (std::int64_t jp = 0; jp < col_panels; ++jp) {
-      for (std::int64_t p0 = 0; p0 < steps; p0 += k_block(p0, steps)) {
-        const std::int64_t end = p0 + k_block(p0, steps);
+      for (std::int64_t p0 = 0, end = 0; p0 < steps; p0 = end) {
+        end = p0 + k_block(p0, steps);
         const std::int64_t next_jp = end < steps ? jp : jp + 1;
         const std::int64_t next_p0 = end < steps ? end : 0;
         const std::int64_t next_bytes =
