@@ -9,12 +9,13 @@
 //   split into its two floats by a shift and a mask and added by two vfmadd231ps, for CPUs whose
 //   vdpbf16ps runs at half their FMAs' rate, or that have none.
 //
-// Both run one driver (GotoBLAS's loops): B packed once per GEMM into panels of 64 columns, by
-// the workers that first reach each column tile, and shared; A read in place (a last panel of
-// fewer rows packed); tiles of up to 96 rows x 512 columns of C taken from a shared cursor by
+// All three run one driver (GotoBLAS's loops): B packed once per GEMM into panels of 64 columns,
+// by the workers that first reach each column tile, and shared; A read in place (a last panel of
+// fewer rows packed); tiles of up to 96 rows x 256 columns of C taken from a shared cursor by
 // the backend's workers, smaller as the work left shrinks so that the workers end together; k
-// walked in blocks of 256 steps with the float32 partial sums of a tile in a worker's scratch,
-// the last block's sums rounded straight into C.
+// walked in blocks of 384 steps (a last one of up to 128 more joined to the one before) with the
+// float32 partial sums of a tile in a worker's scratch, the last block's sums rounded straight
+// into C.
 // The blocks and their order along k do not depend on the number of workers, so results are
 // bit-identical whatever the thread count. Up to 64 rows (a decode step's products), B is read in
 // place, never packed: a worker runs every group of 6 rows over its tile of columns, the tile's
