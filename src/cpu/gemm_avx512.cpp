@@ -172,8 +172,9 @@ void gemm(const typename Steps::element* a,
     const std::int64_t col_panels = (cols + nr - 1) / nr;
     const std::int64_t lds = col_panels * nr;
     float* const sums = partial_sums(panels * mr * lds);
-    const auto run = [&](std::int64_t ip, std::int64_t jp, std::int64_t p0, b_ahead ahead) {
-      const std::int64_t block = k_block(p0, steps);
+    // Panel ip of A over panel jp of B, the k block of `block` steps from p0.
+    const auto run = [&](std::int64_t ip, std::int64_t jp, std::int64_t p0, std::int64_t block,
+                         b_ahead ahead) {
       const tile_sums<Steps> io{sums + ip * mr * lds + jp * nr,
                                 lds,
                                 p0 == 0,
@@ -189,10 +190,11 @@ void gemm(const typename Steps::element* a,
     };
     if (packs || panels == 1 || m > row_path_rows) {
       // A's panel of 6 rows in L1 while a block of B's panels streams from L2.
-      for (std::int64_t p0 = 0; p0 < steps; p0 += k_block(p0, steps)) {
+      for (std::int64_t p0 = 0, block = 0; p0 < steps; p0 += block) {
+        block = k_block(p0, steps);
         for (std::int64_t ip = 0; ip < panels; ++ip) {
           for (std::int64_t jp = 0; jp < col_panels; ++jp) {
-            run(ip, jp, p0, {});
+            run(ip, jp, p0, block, {});
           }
         }
       }
@@ -217,7 +219,8 @@ void gemm(const typename Steps::element* a,
         const std::int64_t block = end - p0;
         const std::int64_t per_step = (share + 64 * block - 1) / (64 * block) * 64;
         for (std::int64_t ip = 0; ip < panels; ++ip) {
-          run(ip, jp, p0, next_bytes == 0 ? b_ahead{} : b_ahead{next + ip * share, per_step});
+          run(ip, jp, p0, block,
+              next_bytes == 0 ? b_ahead{} : b_ahead{next + ip * share, per_step});
         }
       }
     }
