@@ -18,12 +18,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -378,6 +381,82 @@ TEST_SUITE("async_op") {
       done();
     });
     CHECK_THROWS_AS(y.wait(), std::out_of_range);
+  }
+
+  TEST_CASE("an async op reads and writes every dtype, as its element type or as bytes" *
+            doctest::timeout(20)) {
+    auto ids = zeros({4}, dtype::int64);
+    auto halves = zeros({3}, dtype::bfloat16);
+    auto flags = zeros({2}, dtype::boolean);
+    const auto doubles = full({2}, 1.5F).astype(dtype::float64);
+    const auto counts = full({3}, 7.0F).astype(dtype::int32);
+    std::promise<std::vector<std::size_t>> sizes;
+    std::promise<std::vector<dtype>> dtypes;
+    async_op("typed", {doubles, counts}, {ids, halves, flags},
+             [&sizes, &dtypes](async_op_context& ctx, async_op_done done) {
+               dtypes.set_value({ctx.read_dtype(0), ctx.read_dtype(1), ctx.write_dtype(0),
+                                 ctx.write_dtype(1), ctx.write_dtype(2)});
+               const std::span<const double> d = ctx.read<double>(0);
+               const std::span<const std::int32_t> c = ctx.read<std::int32_t>(1);
+               const std::span<std::int64_t> out = ctx.write<std::int64_t>(0);
+               for (std::size_t i = 0; i < out.size(); ++i) {
+                 out[i] = (std::int64_t{1} << 40) + c[i % c.size()] + static_cast<std::int64_t>(i);
+               }
+               for (bfloat16_t& h : ctx.write<bfloat16_t>(1)) {
+                 h = bfloat16_t(static_cast<float>(d[0]) * 2.0F);
+               }
+               ctx.write<bool>(2)[1] = true;
+               sizes.set_value({ctx.read_bytes(0).size(), ctx.read_bytes(1).size(),
+                                ctx.write_bytes(0).size(), ctx.write_bytes(1).size(),
+                                ctx.write_bytes(2).size()});
+               done();
+             });
+    CHECK(ids.to_vector<std::int64_t>() ==
+          std::vector<std::int64_t>{(std::int64_t{1} << 40) + 7, (std::int64_t{1} << 40) + 8,
+                                    (std::int64_t{1} << 40) + 9, (std::int64_t{1} << 40) + 10});
+    CHECK(halves.to_vector<float>() == std::vector<float>{3, 3, 3});
+    CHECK(flags.to_vector<bool>() == std::vector<bool>{false, true});
+    CHECK(sizes.get_future().get() == std::vector<std::size_t>{16, 12, 32, 6, 2});
+    CHECK(dtypes.get_future().get() == std::vector<dtype>{dtype::float64, dtype::int32,
+                                                          dtype::int64, dtype::bfloat16,
+                                                          dtype::boolean});
+  }
+
+  TEST_CASE("bytes in, through write_bytes, are the elements the tensor then holds" *
+            doctest::timeout(20)) {
+    // What a socket's read into a tensor does: bytes from elsewhere, in the tensor's layout.
+    const std::vector<std::int32_t> sent{-3, 1 << 30, 42};
+    auto got = zeros({3}, dtype::int32);
+    async_op("recv", {}, {got}, [&sent](async_op_context& ctx, async_op_done done) {
+      const std::span<std::byte> bytes = ctx.write_bytes(0);
+      REQUIRE(bytes.size() == sizeof(std::int32_t) * sent.size());
+      std::memcpy(bytes.data(), sent.data(), bytes.size());
+      done();
+    });
+    CHECK(got.to_vector<std::int32_t>() == sent);
+  }
+
+  TEST_CASE("a span of another element type than the tensor's fails the op, naming both" *
+            doctest::timeout(20)) {
+    auto ids = zeros({2}, dtype::int64);
+    async_op("as floats", {}, {ids}, [](async_op_context& ctx, async_op_done done) {
+      (void)ctx.write(0);  // float, of an int64 tensor
+      done();
+    });
+    CHECK(fails_with<std::invalid_argument>(ids, "float32 elements of a tensor of int64"));
+    const auto x = full({2}, 1.0F);
+    auto y = zeros({2});
+    async_op("as doubles", {x}, {y}, [](async_op_context& ctx, async_op_done done) {
+      (void)ctx.read<double>(0);
+      done();
+    });
+    CHECK(fails_with<std::invalid_argument>(y, "read(0) as float64"));
+    auto z = zeros({2});
+    async_op("bytes past the list", {}, {z}, [](async_op_context& ctx, async_op_done done) {
+      (void)ctx.read_bytes(0);
+      done();
+    });
+    CHECK_THROWS_AS(z.wait(), std::out_of_range);
   }
 
   TEST_CASE("an async op that only reads sees the value written before it" * doctest::timeout(20)) {

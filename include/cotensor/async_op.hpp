@@ -4,6 +4,7 @@
 
 #include "cotensor/asio.hpp"
 #include "cotensor/detail/op_completion.hpp"
+#include "cotensor/dtype.hpp"
 #include "cotensor/tensor.hpp"
 
 #include <boost/system/error_code.hpp>
@@ -24,18 +25,48 @@ namespace detail {
 class async_op_access;
 }  // namespace detail
 
-/// What the start of an `async_op` sees: the floats of the tensors it reads and writes.
+/// What the start of an `async_op` sees: the elements of the tensors it reads and writes, of
+/// any dtype.
 ///
 /// Valid, with every span it returns, until the op's `async_op_done` is invoked (or
-/// destroyed). Thread safety: read from any thread; not to be modified.
+/// destroyed). Errors: an index past the list throws std::out_of_range; an element type other
+/// than the tensor's throws std::invalid_argument, naming both. Thrown inside `start`, either
+/// fails the op, as any exception of `start` does. Thread safety: read from any thread; not to
+/// be modified.
 class async_op_context {
 public:
-  /// The floats of the `i`-th tensor of `reads`, in the order given. Throws std::out_of_range
-  /// for `i >= reads()`.
-  std::span<const float> read(std::size_t i) const { return reads_.at(i); }
-  /// The floats of the `i`-th tensor of `writes`, in the order given: the op's to fill.
-  /// Throws std::out_of_range for `i >= writes()`.
-  std::span<float> write(std::size_t i) const { return writes_.at(i); }
+  /// The elements of the `i`-th tensor of `reads`, in the order given, as `T`, its element type
+  /// (`dtype_of<T>` is `read_dtype(i)`): `ctx.read(0)` for float32, `ctx.read<std::int64_t>(0)`
+  /// for int64.
+  template <class T = float>
+  requires element_type<T> std::span<const T> read(std::size_t i)
+  const {
+    const buffer& b = typed(reads_, i, dtype_of<T>, "read");
+    return {static_cast<const T*>(b.data), b.numel};
+  }
+  /// The elements of the `i`-th tensor of `writes`, in the order given, as `T`, its element type:
+  /// the op's to fill.
+  template <class T = float>
+  requires element_type<T> std::span<T> write(std::size_t i)
+  const {
+    const buffer& b = typed(writes_, i, dtype_of<T>, "write");
+    return {static_cast<T*>(b.data), b.numel};
+  }
+  /// The bytes of the `i`-th tensor of `reads` (its elements, whatever their dtype), for work
+  /// that moves bytes: a socket's write, a file's.
+  std::span<const std::byte> read_bytes(std::size_t i) const {
+    const buffer& b = at(reads_, i, "read_bytes");
+    return {static_cast<const std::byte*>(b.data), b.numel * itemsize(b.type)};
+  }
+  /// The bytes of the `i`-th tensor of `writes`, whatever its dtype: a socket's read into it.
+  std::span<std::byte> write_bytes(std::size_t i) const {
+    const buffer& b = at(writes_, i, "write_bytes");
+    return {static_cast<std::byte*>(b.data), b.numel * itemsize(b.type)};
+  }
+  /// The dtype of the `i`-th tensor of `reads`.
+  cotensor::dtype read_dtype(std::size_t i) const { return at(reads_, i, "read_dtype").type; }
+  /// The dtype of the `i`-th tensor of `writes`.
+  cotensor::dtype write_dtype(std::size_t i) const { return at(writes_, i, "write_dtype").type; }
   /// The number of tensors read.
   std::size_t reads() const noexcept { return reads_.size(); }
   /// The number of tensors written.
@@ -43,8 +74,19 @@ public:
 
 private:
   friend class detail::async_op_access;
-  std::vector<std::span<const float>> reads_;
-  std::vector<std::span<float>> writes_;
+  struct buffer {
+    void* data;
+    std::size_t numel;
+    cotensor::dtype type;
+  };
+  // list[i], or std::out_of_range naming `what`.
+  static const buffer& at(const std::vector<buffer>& list, std::size_t i, const char* what);
+  // list[i] if its dtype is `t`, else std::invalid_argument naming both.
+  static const buffer&
+  typed(const std::vector<buffer>& list, std::size_t i, cotensor::dtype t, const char* what);
+
+  std::vector<buffer> reads_;
+  std::vector<buffer> writes_;
 };
 
 /// Ends an `async_op`: invoke it exactly once, from any thread, when the op's work is done.
@@ -150,7 +192,9 @@ void issue_async_op(std::span<const tensor> reads,
 /// read and write of what it writes, has ended), `start(ctx, done)` runs on a backend thread:
 /// `ctx.read(i)` is a `std::span<const float>` of the `i`-th read tensor, `ctx.write(i)` a
 /// `std::span<float>` of the `i`-th written one (holding its old values: it is updated in
-/// place, like `+=`), both valid until `done` is invoked. `start` must not block: it starts the
+/// place, like `+=`), both valid until `done` is invoked; a tensor of another dtype is
+/// `ctx.read<T>(i)` for its element type `T` (`ctx.write<std::int64_t>(i)`), or its bytes,
+/// `ctx.read_bytes(i)` (see `async_op_context`). `start` must not block: it starts the
 /// work and returns, handing `done` to whatever finishes it. `start` is destroyed as soon as it
 /// returns (or throws): what the work needs later (a buffer, a socket's handle) must be owned
 /// by what ends it, as with any Asio handler, and a completion that `start` stored cannot keep

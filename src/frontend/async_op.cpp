@@ -7,10 +7,35 @@
 #include <boost/container/small_vector.hpp>
 #include <boost/system/system_error.hpp>
 
+#include <stdexcept>
 #include <string>
 #include <system_error>
 
 namespace cotensor {
+
+const async_op_context::buffer&
+async_op_context::at(const std::vector<buffer>& list, std::size_t i, const char* what) {
+  if (i >= list.size()) {
+    throw std::out_of_range("cotensor: async_op_context::" + std::string(what) + "(" +
+                            std::to_string(i) + ") of " + std::to_string(list.size()) +
+                            " tensor(s)");
+  }
+  return list[i];
+}
+
+const async_op_context::buffer& async_op_context::typed(const std::vector<buffer>& list,
+                                                        std::size_t i,
+                                                        cotensor::dtype t,
+                                                        const char* what) {
+  const buffer& b = at(list, i, what);
+  if (b.type != t) {
+    throw std::invalid_argument(
+        "cotensor: async_op_context::" + std::string(what) + "(" + std::to_string(i) + ") as " +
+        std::string(name(t)) + " elements of a tensor of " + std::string(name(b.type)) +
+        ": name its element type, " + what + "<T>(i), or take its bytes, " + what + "_bytes(i)");
+  }
+  return b;
+}
 
 std::exception_ptr async_op_done::make_error(const boost::system::error_code& ec) noexcept {
   try {
@@ -29,18 +54,13 @@ public:
   static void bind(async_op_context& ctx, const Buffers& reads, const Buffers& writes) {
     ctx.reads_.clear();
     ctx.writes_.clear();
-    // Every buffer gets its memory here; only float32 ones are seen as floats.
+    // Every buffer gets its memory here (raw() may allocate a delayed one, and throw).
     for (storage* s : reads) {
-      void* p = s->raw();
-      ctx.reads_.emplace_back(static_cast<const float*>(p), floats(*s));
+      ctx.reads_.push_back({s->raw(), static_cast<std::size_t>(s->numel()), s->dtype()});
     }
     for (storage* s : writes) {
-      void* p = s->raw();
-      ctx.writes_.emplace_back(static_cast<float*>(p), floats(*s));
+      ctx.writes_.push_back({s->raw(), static_cast<std::size_t>(s->numel()), s->dtype()});
     }
-  }
-  static std::size_t floats(const storage& s) noexcept {
-    return s.dtype() == dtype::float32 ? static_cast<std::size_t>(s.numel()) : 0;
   }
   static async_op_done done(op_completion c) noexcept { return async_op_done(std::move(c)); }
   static void complete_here(async_op_done& done, std::exception_ptr error) noexcept {
@@ -63,10 +83,6 @@ void issue(std::span<const tensor> reads,
         first = &t;
       } else if (t.device() != first->device()) {
         throw_invalid(what, "tensors on different devices");
-      }
-      // The context hands out floats; cotensor's own quick starts take any dtype.
-      if (!quick_start && t.dtype() != dtype::float32) {
-        throw_invalid(what, "takes float32 tensors, got " + std::string(name(t.dtype())));
       }
     }
   }
@@ -109,7 +125,7 @@ void issue(std::span<const tensor> reads,
   }
   op->runs_user_code = !quick_start;  // ours may run at the call, at any size (runs_inline)
   if (quick_start) {
-    // cotensor's own starts, of any dtype, reach every buffer through its storage: an empty
+    // cotensor's own starts reach every buffer through its storage: an empty
     // context, and a capture small enough for the kernel's inline buffer (no allocation).
     in.insert(in.end(), out.begin(), out.end());
     op->kernel.emplace_async([name = std::move(name), start = std::move(start),
