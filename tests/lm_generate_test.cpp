@@ -20,10 +20,12 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -521,6 +523,109 @@ TEST_SUITE("lm.generate") {
     CHECK(g.stats().prompt_tokens_computed == computed + 8);
   }
 
+  TEST_CASE("logprobs: each token's log-softmax of the model's logits, and the likeliest tokens") {
+    const model m = model::load(data / "gpt2-tiny");
+    generator g(m);
+    const auto prompt = m.tokenizer().encode("Hello, world!");
+    struct token {
+      std::int32_t id;
+      std::optional<cotensor::lm::token_logprobs> logprobs;
+    };
+    // Every token of a sequence with the log-probabilities that came with it, and those seen
+    // once the sequence has ended.
+    const auto run = [&](sampling_params p, std::optional<cotensor::lm::token_logprobs>* after) {
+      auto s = g.submit(prompt, p);
+      std::vector<token> out;
+      asio::io_context io;
+      asio::co_spawn(
+          io,
+          [&]() -> asio::awaitable<void> {
+            while (auto id = co_await s.async_next(asio::use_awaitable)) {
+              out.push_back({*id, s.logprobs()});
+            }
+            *after = s.logprobs();
+          },
+          asio::detached);
+      io.run();
+      return out;
+    };
+    // The log-softmax of the full forward pass's last row after `ids`, in double.
+    const auto reference = [&](const std::vector<std::int32_t>& ids) {
+      const auto row = m.logits(ids).to_vector<float>();
+      const std::size_t vocab = row.size() / ids.size();
+      const std::vector<float> last(row.end() - static_cast<std::ptrdiff_t>(vocab), row.end());
+      double largest = -INFINITY;
+      for (const float x : last) {
+        largest = std::max(largest, static_cast<double>(x));
+      }
+      double total = 0.0;
+      for (const float x : last) {
+        total += std::exp(static_cast<double>(x) - largest);
+      }
+      std::vector<double> out;
+      for (const float x : last) {
+        out.push_back(static_cast<double>(x) - largest - std::log(total));
+      }
+      return out;
+    };
+    std::optional<cotensor::lm::token_logprobs> after;
+    for (const float temperature : {0.0F, 1.5F}) {
+      CAPTURE(temperature);
+      const sampling_params p{.temperature = temperature,
+                              .seed = 7,
+                              .max_tokens = 8,
+                              .ignore_eos = true,
+                              .logprobs = 5};
+      const auto tokens = run(p, &after);
+      REQUIRE(tokens.size() == 8);
+      CHECK_FALSE(after.has_value());  // the end brings none
+      std::vector<std::int32_t> ids = prompt;
+      for (const token& t : tokens) {
+        REQUIRE(t.logprobs.has_value());
+        const std::vector<double> want = reference(ids);
+        CHECK(t.logprobs->logprob ==
+              doctest::Approx(want[static_cast<std::size_t>(t.id)]).epsilon(1e-4));
+        REQUIRE(t.logprobs->top.size() == 5);
+        if (temperature == 0.0F) {
+          CHECK(t.logprobs->top[0].id == t.id);  // greedy: the likeliest
+        }
+        for (std::size_t i = 0; i < 5; ++i) {
+          const auto& alt = t.logprobs->top[i];
+          CHECK(alt.logprob ==
+                doctest::Approx(want[static_cast<std::size_t>(alt.id)]).epsilon(1e-4));
+          if (i > 0) {
+            CHECK(alt.logprob <= t.logprobs->top[i - 1].logprob);
+          }
+        }
+        // Nothing outside the five is likelier than the fifth.
+        std::size_t likelier = 0;
+        for (const double w : want) {
+          likelier += w > want[static_cast<std::size_t>(t.logprobs->top[4].id)] + 1e-3 ? 1 : 0;
+        }
+        CHECK(likelier <= 4);
+        ids.push_back(t.id);
+      }
+      // Asking for log-probabilities changes no token; without them none come, and 0 gives
+      // only the token's own.
+      auto plain = p;
+      plain.logprobs.reset();
+      const auto without = run(plain, &after);
+      auto own = p;
+      own.logprobs = 0;
+      const auto only_own = run(own, &after);
+      REQUIRE(without.size() == tokens.size());
+      REQUIRE(only_own.size() == tokens.size());
+      for (std::size_t i = 0; i < tokens.size(); ++i) {
+        CHECK(without[i].id == tokens[i].id);
+        CHECK_FALSE(without[i].logprobs.has_value());
+        CHECK(only_own[i].id == tokens[i].id);
+        REQUIRE(only_own[i].logprobs.has_value());
+        CHECK(only_own[i].logprobs->top.empty());
+        CHECK(only_own[i].logprobs->logprob == tokens[i].logprobs->logprob);
+      }
+    }
+  }
+
   TEST_CASE("submit refuses what it cannot run, naming it") {
     const model m = model::load(data / "gpt2-tiny");
     generator g(m);
@@ -533,6 +638,8 @@ TEST_SUITE("lm.generate") {
     CHECK_THROWS_WITH(g.submit(ok, {.top_p = 0.0F}), doctest::Contains("top_p"));
     CHECK_THROWS_WITH(g.submit(ok, {.max_tokens = 0}), doctest::Contains("max_tokens"));
     CHECK_THROWS_WITH(g.submit(ok, {.stop = {""}}), doctest::Contains("stop"));
+    CHECK_THROWS_WITH(g.submit(ok, {.logprobs = 21}), doctest::Contains("logprobs"));
+    CHECK_THROWS_WITH(g.submit(ok, {.logprobs = -1}), doctest::Contains("logprobs"));
     CHECK_THROWS_AS(generator(m, {.block_size = 0}), std::invalid_argument);
     CHECK_THROWS_AS(generator(m, {.kv_cache_bytes = 1}), std::invalid_argument);
   }

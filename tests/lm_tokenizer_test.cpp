@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -162,6 +163,28 @@ TEST_SUITE("lm.tokenizer") {
     CHECK(gpt2.decode(ids) == "\xEF\xBF\xBD");
     const std::vector<std::int32_t> past{static_cast<std::int32_t>(gpt2.vocab_size())};
     CHECK_THROWS_AS(gpt2.decode(past), std::out_of_range);
+  }
+
+  TEST_CASE("token_bytes: the bytes of each id, part of a character or a special token's text") {
+    const auto gpt2 = tokenizer::from_file(data / "gpt2" / "tokenizer.json");
+    // Every id's bytes, put together, are the text's bytes, a character split across ids
+    // included (日本 in bytes that the merges may cut anywhere).
+    const std::string text = "Hello, world! \xE6\x97\xA5\xE6\x9C\xAC and more";
+    std::string joined;
+    for (const std::int32_t id : gpt2.encode(text)) {
+      joined += gpt2.token_bytes(id);
+    }
+    CHECK(joined == text);
+    const auto split = gpt2.encode("\xE6\x97");
+    REQUIRE(split.size() == 2);
+    CHECK(gpt2.token_bytes(split[0]) == "\xE6");  // where decode gives U+FFFD
+    CHECK(gpt2.decode(std::span(split).first(1)) == "\xEF\xBF\xBD");
+    CHECK(gpt2.token_bytes(gpt2.token_to_id("\xC4\xA0the")) == " the");  // Ġthe
+    const std::int32_t eot = gpt2.token_to_id("<|endoftext|>");
+    CHECK(gpt2.token_bytes(eot) == "<|endoftext|>");  // special: as written
+    CHECK_THROWS_AS(gpt2.token_bytes(static_cast<std::int32_t>(gpt2.vocab_size())),
+                    std::out_of_range);
+    CHECK_THROWS_AS(gpt2.token_bytes(-1), std::out_of_range);
   }
 
   TEST_CASE("what a file asks that is not supported is refused, naming it") {

@@ -68,6 +68,12 @@ public:
   /// std::out_of_range for an id past the vocabulary.
   std::string decode(std::span<const std::int32_t> ids) const;
 
+  /// The bytes that `id` stands for: a vocabulary entry's (its byte-level characters as the
+  /// bytes they stand for, which may be part of a UTF-8 character), an added token's text,
+  /// special or not (where `decode` skips a special one). Throws std::out_of_range for an id
+  /// past the vocabulary.
+  std::string token_bytes(std::int32_t id) const;
+
   /// The number of ids: the vocabulary and the added tokens.
   std::size_t vocab_size() const noexcept;
 
@@ -255,6 +261,27 @@ struct sampling_params {
   std::vector<std::string> stop{};
   /// Goes on past the model's end-of-sequence ids (delivering them) instead of stopping before.
   bool ignore_eos = false;
+  /// Log-probabilities with every token delivered (`sequence::logprobs`): its own and those of
+  /// the `logprobs` most likely tokens, 0 to 20 (vLLM's `logprobs`). None: not computed.
+  std::optional<int> logprobs{};
+};
+
+/// A token and its log-probability.
+struct token_logprob {
+  std::int32_t id = 0;
+  float logprob = 0.0F;
+};
+
+/// The log-probabilities that came with a token (`sampling_params::logprobs`): the log-softmax of
+/// the model's logits at that position, computed in double and rounded to float, before
+/// temperature, top-k and top-p (the distribution of the model, as vLLM's default
+/// `raw_logprobs`): what the model gives the token whichever way it was picked.
+struct token_logprobs {
+  /// The token's own log-probability.
+  float logprob = 0.0F;
+  /// The `sampling_params::logprobs` most likely tokens, most likely first (the lower id first
+  /// among equals); a greedy pick is the first.
+  std::vector<token_logprob> top;
 };
 
 /// Why a sequence ended.
@@ -365,6 +392,10 @@ public:
         token, state_);
   }
 
+  /// The log-probabilities of the token that the last `async_next` gave, when its sampling
+  /// parameters ask for them (`sampling_params::logprobs`); std::nullopt when they do not, before
+  /// the first token and after the last. Thread safety: the reader's, as `async_next`.
+  std::optional<token_logprobs> logprobs() const;
   /// Why the sequence ended (`none` while it runs).
   lm::finish_reason finish_reason() const noexcept;
   /// Why a step failed, when `finish_reason()` is `error`; else null.

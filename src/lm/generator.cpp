@@ -34,6 +34,7 @@ void sequence::cancel() noexcept {
   if (state_->reason == finish_reason::none) {
     state_->reason = finish_reason::cancelled;
     state_->unread.clear();
+    state_->unread_logprobs.clear();
   }
   state_->cancelled.store(true, std::memory_order_relaxed);
   wake_reader(*state_, lock);
@@ -56,6 +57,14 @@ std::exception_ptr sequence::error() const {
   }
   const std::lock_guard lock(state_->mutex);
   return state_->error;
+}
+
+std::optional<token_logprobs> sequence::logprobs() const {
+  if (!state_) {
+    return std::nullopt;
+  }
+  const std::lock_guard lock(state_->mutex);
+  return state_->taken_logprobs;
 }
 
 std::size_t sequence::prompt_size() const noexcept { return state_ ? state_->prompt_size : 0; }
@@ -101,6 +110,11 @@ sequence::take_next(const std::shared_ptr<state>& s, std::exception_ptr wait_err
   if (!s->unread.empty()) {
     const std::int32_t id = s->unread.front();
     s->unread.pop_front();
+    s->taken_logprobs.reset();
+    if (!s->unread_logprobs.empty()) {
+      s->taken_logprobs = std::move(s->unread_logprobs.front());
+      s->unread_logprobs.pop_front();
+    }
     const bool resume = s->unread.size() + 1 == s->max_unread;
     lock.unlock();
     if (const auto owner = resume ? s->owner.lock() : nullptr) {
@@ -108,6 +122,7 @@ sequence::take_next(const std::shared_ptr<state>& s, std::exception_ptr wait_err
     }
     return {{}, id};
   }
+  s->taken_logprobs.reset();  // the end: no token
   if (s->reason == finish_reason::error) {
     return {boost::system::errc::make_error_code(boost::system::errc::io_error), std::nullopt};
   }

@@ -43,6 +43,8 @@ struct sequence::state {
   // The reader's view, under `mutex`.
   mutable std::mutex mutex;
   std::deque<std::int32_t> unread;
+  std::deque<token_logprobs> unread_logprobs;    // unread's, when params.logprobs asks for them
+  std::optional<token_logprobs> taken_logprobs;  // those of the id async_next gave last
   lm::finish_reason reason = finish_reason::none;
   std::exception_ptr error;
   detail::waiter* reader = nullptr;
@@ -86,8 +88,8 @@ struct generator::state {
   void finish(sequence::state& s, lm::finish_reason why, std::exception_ptr error = nullptr);
   /// Fails every running and waiting sequence with `error` (a step that threw past its guards).
   void fail_all(const std::exception_ptr& error) noexcept;
-  void deliver(sequence::state& s, std::int32_t id);
-  void after_token(sequence::state& s, std::int32_t id);
+  void deliver(sequence::state& s, std::int32_t id, std::optional<token_logprobs> logprobs);
+  void after_token(sequence::state& s, std::int32_t id, std::optional<token_logprobs> logprobs);
 };
 
 // Completes the reader's pending wait, if any, after letting go of the sequence's lock.

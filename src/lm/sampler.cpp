@@ -105,6 +105,9 @@ std::int32_t first_equal(std::span<const float> logits, float top) {
   return static_cast<std::int32_t>(i);
 }
 
+// The most alternatives a token's log-probabilities name (vLLM's and OpenAI's 20).
+constexpr int max_top_logprobs = 20;
+
 }  // namespace
 
 void check_sampling(const sampling_params& p) {
@@ -122,6 +125,9 @@ void check_sampling(const sampling_params& p) {
   }
   if (p.max_tokens < 1) {
     refuse("max_tokens must be 1 or more");
+  }
+  if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > max_top_logprobs)) {
+    refuse("logprobs must be in [0, " + std::to_string(max_top_logprobs) + "]");
   }
   for (const std::string& s : p.stop) {
     if (s.empty()) {
@@ -199,6 +205,36 @@ std::int32_t sample(std::span<const float> logits,
     }
   }
   return ids[kept - 1];
+}
+
+token_logprobs logprobs_of(std::span<const float> logits, std::int32_t id, int top) {
+  const double largest = static_cast<double>(scan(logits).top);
+  double total = 0.0;
+  for (const float x : logits) {
+    total += std::exp(static_cast<double>(x) - largest);
+  }
+  const double log_total = largest + std::log(total);
+  const auto logprob = [&](std::int32_t i) {
+    return static_cast<float>(static_cast<double>(logits[static_cast<std::size_t>(i)]) - log_total);
+  };
+  token_logprobs out{.logprob = logprob(id), .top = {}};
+  const auto n = std::min(static_cast<std::size_t>(std::max(top, 0)), logits.size());
+  if (n == 0) {
+    return out;
+  }
+  std::vector<std::int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
+                    [&](std::int32_t a, std::int32_t b) {
+                      const float la = logits[static_cast<std::size_t>(a)];
+                      const float lb = logits[static_cast<std::size_t>(b)];
+                      return la > lb || (la == lb && a < b);
+                    });
+  out.top.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out.top.push_back({.id = ids[i], .logprob = logprob(ids[i])});
+  }
+  return out;
 }
 
 }  // namespace cotensor::lm

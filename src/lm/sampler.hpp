@@ -30,4 +30,9 @@ std::int32_t sample(std::span<const float> logits,
                     std::uint64_t seed,
                     std::uint64_t n);
 
+/// The log-probabilities of `id` and of the `top` most likely ids of `logits` (one row of the
+/// vocabulary, finite: `sample` checked it): the log-softmax in double, rounded to float; the
+/// most likely first, the lower id first among equals.
+token_logprobs logprobs_of(std::span<const float> logits, std::int32_t id, int top);
+
 }  // namespace cotensor::lm

@@ -151,8 +151,9 @@ bool generator::state::step() {
   // With every row greedy, each row's first largest logit and its value, found on the workers,
   // are all the host reads: 16 rows of GPT-2's 50,257 logits took ~0.5 ms a step on this thread
   // as float32 (a copy of 3.2 MB, then a scan of each row). Else every row's logits.
-  const bool greedy =
-      std::ranges::all_of(parts, [](const part& p) { return !p.sample || is_greedy(p.s->params); });
+  const bool greedy = std::ranges::all_of(parts, [](const part& p) {
+    return !p.sample || (is_greedy(p.s->params) && !p.s->params.logprobs);
+  });
   std::vector<float> logits;
   std::vector<std::int64_t> firsts;
   std::vector<float> largest;
@@ -199,7 +200,12 @@ bool generator::state::step() {
   // token sees figures that count it.
   const auto vocab = static_cast<std::size_t>(net->vocab);
   std::size_t row = 0;
-  std::vector<std::pair<sequence::state*, std::int32_t>> picked;
+  struct pick {
+    sequence::state* s;
+    std::int32_t id;
+    std::optional<token_logprobs> logprobs;
+  };
+  std::vector<pick> picked;
   for (const part& p : parts) {
     sequence::state& s = *p.s;
     s.computed += p.count;
@@ -213,10 +219,17 @@ bool generator::state::step() {
     if (p.sample && any_sample) {
       const std::size_t r = row++;
       try {
-        picked.emplace_back(
-            &s, greedy ? pick_greedy(firsts[r], largest[r])
-                       : sample(std::span<const float>(logits.data() + r * vocab, vocab), s.params,
-                                s.seed, static_cast<std::uint64_t>(s.generated)));
+        if (greedy) {
+          picked.push_back({&s, pick_greedy(firsts[r], largest[r]), std::nullopt});
+        } else {
+          const std::span<const float> row_logits(logits.data() + r * vocab, vocab);
+          const std::int32_t id =
+              sample(row_logits, s.params, s.seed, static_cast<std::uint64_t>(s.generated));
+          picked.push_back({&s, id, std::nullopt});
+          if (s.params.logprobs) {
+            picked.back().logprobs = logprobs_of(row_logits, id, *s.params.logprobs);
+          }
+        }
       } catch (...) {
         finish(s, finish_reason::error, std::current_exception());  // non-finite logits
       }
@@ -228,11 +241,11 @@ bool generator::state::step() {
     figures.tokens_generated += picked.size();
     figures.prompt_tokens_computed += prompt_tokens;
   }
-  for (const auto& [s, id] : picked) {
+  for (pick& p : picked) {
     try {
-      after_token(*s, id);
+      after_token(*p.s, p.id, std::move(p.logprobs));
     } catch (...) {
-      finish(*s, finish_reason::error, std::current_exception());
+      finish(*p.s, finish_reason::error, std::current_exception());
     }
   }
   std::erase_if(running, [](const auto& s) { return s->blocks.empty(); });
@@ -267,6 +280,7 @@ void generator::state::finish(sequence::state& s, lm::finish_reason why, std::ex
     s.error = std::move(error);
     if (why == finish_reason::cancelled) {
       s.unread.clear();  // as sequence::cancel: a cancelled sequence reads its end at once
+      s.unread_logprobs.clear();
     }
   }
   wake_reader(s, lock);
@@ -276,18 +290,25 @@ void generator::state::finish(sequence::state& s, lm::finish_reason why, std::ex
   s.blocks.clear();
 }
 
-void generator::state::deliver(sequence::state& s, std::int32_t id) {
+void generator::state::deliver(sequence::state& s,
+                               std::int32_t id,
+                               std::optional<token_logprobs> logprobs) {
   std::unique_lock lock(s.mutex);
   if (s.reason != finish_reason::none) {
     return;  // cancelled meanwhile
   }
   s.unread.push_back(id);
+  if (logprobs) {
+    s.unread_logprobs.push_back(std::move(*logprobs));
+  }
   wake_reader(s, lock);
 }
 
 // What follows the sampling of `id` for `s`: delivery, and the end of the sequence if `id`
 // ends it. Returns with `s` finished or still running.
-void generator::state::after_token(sequence::state& s, std::int32_t id) {
+void generator::state::after_token(sequence::state& s,
+                                   std::int32_t id,
+                                   std::optional<token_logprobs> logprobs) {
   ++s.generated;
   const sampling_params& p = s.params;
   if (!p.ignore_eos && std::ranges::find(net->eos, id) != net->eos.end()) {
@@ -295,7 +316,7 @@ void generator::state::after_token(sequence::state& s, std::int32_t id) {
     return;
   }
   s.tokens.push_back(id);
-  deliver(s, id);
+  deliver(s, id, std::move(logprobs));
   if (s.text) {
     // An id past the tokenizer's (a model's padded vocabulary) has no text.
     const std::string piece =

@@ -433,6 +433,15 @@ std::string tokenizer::decode(std::span<const std::int32_t> ids) const {
   return detail::utf8_lossy(raw);
 }
 
+std::string tokenizer::token_bytes(std::int32_t id) const {
+  std::string out;
+  impl_->append_bytes(id, out);  // checks the id
+  if (impl_->special[static_cast<std::size_t>(id)]) {
+    out = impl_->token_of[static_cast<std::size_t>(id)];  // an added token's text, as written
+  }
+  return out;
+}
+
 std::size_t tokenizer::vocab_size() const noexcept { return impl_->count; }
 
 std::int32_t tokenizer::token_to_id(std::string_view token) const {
