@@ -102,7 +102,7 @@ handler_state::lm_route(const handler::request& req,
     if (l.options.default_max_tokens > 0) {
       r.params.max_tokens = static_cast<int>(l.options.default_max_tokens);
     }
-    read_sampling(fields, r, false);
+    read_sampling(fields, r, sampling_route::generate);
     const std::string_view prompt = text->get_string();
     if (prompt.size() > static_cast<std::size_t>(s.gen.context_length()) * 1024) {
       throw lm_request_error(400, "'text_input' is past this model's context", "text_input");
@@ -117,7 +117,8 @@ handler_state::lm_route(const handler::request& req,
     return json::object{{"model_name", l.name}, {"model_version", "1"}, {"text_output", text}};
   };
   bool begun = false;
-  const auto on_text = [&](std::string_view text) -> asio::awaitable<bool> {
+  const auto on_text = [&](std::string_view text,
+                           std::span<const generated_token>) -> asio::awaitable<bool> {
     if (!streamed) {
       co_return true;
     }

@@ -76,8 +76,9 @@ std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::str
 
 }  // namespace
 
-void read_sampling(const json::object& o, generation_request& r, bool chat) {
+void read_sampling(const json::object& o, generation_request& r, sampling_route route) {
   auto& p = r.params;
+  const bool chat = route == sampling_route::chat;
   // Chat's max_completion_tokens, which OpenAI's chat API has in place of the deprecated
   // max_tokens, wins where both are given (as in vLLM).
   std::string_view max_name = chat ? "max_completion_tokens" : "max_tokens";
@@ -150,10 +151,40 @@ void read_sampling(const json::object& o, generation_request& r, bool chat) {
       refuse("n", "must be 1: one choice per request is served");
     }
   }
-  if (const auto* v = field(o, "logprobs")) {
-    if (!(v->is_bool() && !v->get_bool())) {
-      refuse("logprobs", "is not supported");
+  // Log-probabilities: a count on /v1/completions, a flag (and top_logprobs' count) on chat.
+  const auto count = [](const json::value& v, std::string_view name) {
+    const std::int64_t n = integer(v, name);
+    if (n < 0 || n > max_top_logprobs) {
+      refuse(name, "must be between 0 and " + std::to_string(max_top_logprobs));
     }
+    return static_cast<int>(n);
+  };
+  const json::value* logprobs = field(o, "logprobs");
+  const json::value* top = field(o, "top_logprobs");
+  switch (route) {
+  case sampling_route::generate:
+    if (logprobs != nullptr && !(logprobs->is_bool() && !logprobs->get_bool())) {
+      refuse("logprobs", "is not supported on this route (use /v1/completions)");
+    }
+    if (top != nullptr) {
+      refuse("top_logprobs", "is not supported on this route (use /v1/chat/completions)");
+    }
+    break;
+  case sampling_route::completions:
+    if (logprobs != nullptr && !(logprobs->is_bool() && !logprobs->get_bool())) {
+      p.logprobs = count(*logprobs, "logprobs");
+    }
+    if (top != nullptr) {
+      refuse("top_logprobs", "is a chat field: /v1/completions takes the count as 'logprobs'");
+    }
+    break;
+  case sampling_route::chat:
+    if (logprobs != nullptr && boolean(*logprobs, "logprobs")) {
+      p.logprobs = top != nullptr ? count(*top, "top_logprobs") : 0;
+    } else if (top != nullptr) {
+      refuse("top_logprobs", "needs \"logprobs\": true");
+    }
+    break;
   }
 }
 
@@ -232,11 +263,10 @@ std::string_view finish_name(lm::finish_reason r) noexcept {
   }
 }
 
-asio::awaitable<generation_result>
-generate(served_lm& s,
-         generation_request r,
-         clock_type::time_point start,
-         const std::function<asio::awaitable<bool>(std::string_view)>& on_text) {
+asio::awaitable<generation_result> generate(served_lm& s,
+                                            generation_request r,
+                                            clock_type::time_point start,
+                                            const generation_sink& on_text) {
   const std::vector<std::string> stops = r.params.stop;
   const std::size_t prompt_size = r.prompt.size();
   lm::sequence seq;
@@ -271,7 +301,7 @@ generate(served_lm& s,
   lm::text_stream pieces(s.lm->model.tokenizer());
   const std::size_t vocabulary = s.lm->model.tokenizer().vocab_size();
   // Admitted or queued: the client hears so now (a stream's head; nothing for a whole answer).
-  if (!co_await on_text({})) {
+  if (!co_await on_text({}, {})) {
     out.reason = lm::finish_reason::cancelled;
     co_return out;
   }
@@ -303,7 +333,11 @@ generate(served_lm& s,
     const std::string_view piece = std::string_view(text).substr(sent, upto - sent);
     out.text.append(piece);
     sent = upto;
-    co_return co_await on_text(piece);
+    // The tokens since the last piece go with this one.
+    const std::span<const generated_token> tokens =
+        std::span<const generated_token>(out.logprobs).subspan(out.logprobs_given);
+    out.logprobs_given = out.logprobs.size();
+    co_return co_await on_text(piece, tokens);
   };
 
   for (;;) {
@@ -331,6 +365,9 @@ generate(served_lm& s,
     last = now;
     ++out.completion_tokens;
     ++s.counters.generation_tokens;
+    if (auto lp = seq.logprobs()) {
+      out.logprobs.push_back({*id, std::move(*lp)});
+    }
     // A padded vocabulary (Qwen2's 151,936 ids for 151,665 tokens) can sample an id the
     // tokenizer lacks: it has no text.
     if (static_cast<std::size_t>(*id) < vocabulary) {

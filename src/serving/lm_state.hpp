@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -80,16 +81,34 @@ struct generation_request {
 inline constexpr std::size_t max_stops = 16;
 inline constexpr std::size_t max_stop_bytes = 1024;
 
-// Reads the sampling fields of `o` into `r.params`: `max_tokens` (and, when `chat`,
+// The route whose request read_sampling reads: its fields differ.
+enum class sampling_route : std::uint8_t {
+  generate,     // the generate extension: `logprobs` false or null only
+  completions,  // /v1/completions: `logprobs` the count of likeliest tokens, 0 to 20
+  chat,         // /v1/chat/completions: `max_completion_tokens`; `logprobs` true or false,
+                // `top_logprobs` 0 to 20 with it
+};
+
+// The most likeliest tokens a request's log-probabilities may list (vLLM's default).
+inline constexpr std::int64_t max_top_logprobs = 20;
+
+// Reads the sampling fields of `o` into `r.params`: `max_tokens` (and, for chat,
 // `max_completion_tokens`), `temperature`, `top_p`, `top_k` (-1 or 0: off), `seed`, `stop` (a
-// string or a list of strings), `ignore_eos`, `n` (only 1), `logprobs` (false or null only).
-// Throws lm_request_error (400) naming the field for a wrong type or a value out of range.
-void read_sampling(const json::object& o, generation_request& r, bool chat);
+// string or a list of strings), `ignore_eos`, `n` (only 1), `logprobs` and `top_logprobs` as the
+// route has them. Throws lm_request_error (400) naming the field for a wrong type or a value out
+// of range.
+void read_sampling(const json::object& o, generation_request& r, sampling_route route);
 
 // Fits the request to the model's context and to what the KV cache holds of one sequence: a
 // prompt that fills either, or `max_tokens` past either, is refused (400, saying the lengths);
 // without `max_tokens`, the default is cut to what fits.
 void fit_context(const served_lm& s, generation_request& r);
+
+// A generated token with the log-probabilities that came with it (a request that asks for them).
+struct generated_token {
+  std::int32_t id;
+  lm::token_logprobs logprobs;
+};
 
 // How a generation ended.
 struct generation_result {
@@ -97,7 +116,16 @@ struct generation_result {
   lm::finish_reason reason = lm::finish_reason::none;
   std::size_t completion_tokens = 0;
   std::exception_ptr error;  // of a failed step
+  // Every token with its log-probabilities, when the request asks for them; the first
+  // `logprobs_given` went to `on_text` with its pieces, the others came after the last.
+  std::vector<generated_token> logprobs;
+  std::size_t logprobs_given = 0;
 };
+
+// What `generate` hands on: a piece of new text, and the tokens (with their log-probabilities,
+// when asked for) that came since the last piece; returns false when its client is gone.
+using generation_sink =
+    std::function<asio::awaitable<bool>(std::string_view, std::span<const generated_token>)>;
 
 // Runs `r` on `s`'s generator to its end: `on_text` gets an empty piece once the sequence is
 // submitted, then each piece of new text (never part of a UTF-8 character; the text of a stop
@@ -105,11 +133,10 @@ struct generation_result {
 // gone, which cancels the sequence. Throws lm_request_error:
 // 503 when the generator's waiting queue is full, 400 when the generator refuses the request.
 // Counts the request's tokens and latencies from `start`.
-asio::awaitable<generation_result>
-generate(served_lm& s,
-         generation_request r,
-         std::chrono::steady_clock::time_point start,
-         const std::function<asio::awaitable<bool>(std::string_view)>& on_text);
+asio::awaitable<generation_result> generate(served_lm& s,
+                                            generation_request r,
+                                            std::chrono::steady_clock::time_point start,
+                                            const generation_sink& on_text);
 
 // Why a generation failed, in words ("the generation failed: ..."); empty unless it did.
 std::string failure_message(const generation_result& g);

@@ -10,10 +10,12 @@
 
 #include "serving/handler_state.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <span>
 
 namespace cotensor::serving::detail {
 
@@ -172,9 +174,6 @@ void refuse_unsupported(const json::object& o) {
       !(o.at("logit_bias").is_object() && o.at("logit_bias").get_object().empty())) {
     refuse("logit_bias", "is not supported");
   }
-  if (given("top_logprobs")) {
-    refuse("top_logprobs", "is not supported");
-  }
   for (const std::string_view name : {"tools", "functions"}) {
     if (given(name) && !(o.at(name).is_array() && o.at(name).get_array().empty())) {
       refuse(name, "(tool calling) is not supported");
@@ -187,6 +186,79 @@ void refuse_unsupported(const json::object& o) {
       refuse("response_format", "is not supported (only {\"type\": \"text\"})");
     }
   }
+}
+
+// A token as a listing of log-probabilities shows it: its text (an incomplete UTF-8 character's
+// bytes as U+FFFD, a special token as written) and, for chat, its bytes.
+std::string token_text(const lm::tokenizer& t, std::int32_t id) {
+  if (id < 0 || static_cast<std::size_t>(id) >= t.vocab_size()) {
+    return {};  // a padded vocabulary's id past the tokenizer's: no text
+  }
+  return t.is_special(id) ? t.token_bytes(id) : t.decode(std::span(&id, 1));
+}
+
+json::array token_bytes(const lm::tokenizer& t, std::int32_t id) {
+  json::array out;
+  if (id >= 0 && static_cast<std::size_t>(id) < t.vocab_size()) {
+    for (const char c : t.token_bytes(id)) {
+      out.emplace_back(static_cast<unsigned char>(c));
+    }
+  }
+  return out;
+}
+
+// Code points of UTF-8 `text`: the character offsets of /v1/completions' `text_offset`.
+std::size_t characters(std::string_view text) {
+  return static_cast<std::size_t>(std::ranges::count_if(
+      text, [](char c) { return (static_cast<unsigned char>(c) & 0xC0U) != 0x80U; }));
+}
+
+// /v1/chat/completions' `logprobs` of `tokens`: {"content": [{token, logprob, bytes,
+// top_logprobs: [{token, logprob, bytes}]}]}.
+json::object chat_logprobs(const lm::tokenizer& t, std::span<const generated_token> tokens) {
+  json::array content;
+  for (const generated_token& g : tokens) {
+    json::array top;
+    for (const lm::token_logprob& alt : g.logprobs.top) {
+      top.emplace_back(json::object{{"token", token_text(t, alt.id)},
+                                    {"logprob", alt.logprob},
+                                    {"bytes", token_bytes(t, alt.id)}});
+    }
+    content.emplace_back(json::object{{"token", token_text(t, g.id)},
+                                      {"logprob", g.logprobs.logprob},
+                                      {"bytes", token_bytes(t, g.id)},
+                                      {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}};
+}
+
+// /v1/completions' `logprobs` of `tokens`: {"tokens", "token_logprobs", "top_logprobs" (each
+// token's likeliest and the token itself, text to log-probability), "text_offset" (characters
+// from the completion's start, the first at `offset`, which it leaves past the last)}.
+json::object completion_logprobs(const lm::tokenizer& t,
+                                 std::span<const generated_token> tokens,
+                                 std::size_t& offset) {
+  json::array texts;
+  json::array own;
+  json::array top;
+  json::array offsets;
+  for (const generated_token& g : tokens) {
+    std::string text = token_text(t, g.id);
+    json::object likeliest;
+    for (const lm::token_logprob& alt : g.logprobs.top) {
+      likeliest[token_text(t, alt.id)] = alt.logprob;
+    }
+    likeliest[text] = g.logprobs.logprob;
+    offsets.emplace_back(offset);
+    offset += characters(text);
+    texts.emplace_back(std::move(text));
+    own.emplace_back(g.logprobs.logprob);
+    top.emplace_back(std::move(likeliest));
+  }
+  return {{"tokens", std::move(texts)},
+          {"token_logprobs", std::move(own)},
+          {"top_logprobs", std::move(top)},
+          {"text_offset", std::move(offsets)}};
 }
 
 json::object usage(std::size_t prompt, std::size_t completion) {
@@ -304,7 +376,7 @@ handler_state::openai_generate(const handler::request& req,
         chat ? static_cast<std::size_t>(s.gen.context_length()) : std::size_t{16};
     const std::size_t configured = s.lm->options.default_max_tokens;
     r.params.max_tokens = static_cast<int>(configured > 0 ? configured : fallback);
-    read_sampling(o, r, chat);
+    read_sampling(o, r, chat ? sampling_route::chat : sampling_route::completions);
     if (const json::value* v = o.if_contains("stream"); v != nullptr && !v->is_null()) {
       if (!v->is_bool()) {
         throw lm_request_error(400, "'stream' must be true or false", "stream");
@@ -339,8 +411,23 @@ handler_state::openai_generate(const handler::request& req,
   const std::int64_t created = unix_seconds();
   const std::string_view object = chat ? "chat.completion.chunk" : "text_completion";
   const std::size_t prompt_tokens = r.prompt.size();
-  // One streamed chunk: a piece of text (or the role's opening delta, or the last, empty one).
-  const auto chunk = [&](std::string_view text, const json::value& finish, bool role = false) {
+  const bool logprobs = r.params.logprobs.has_value();
+  const lm::tokenizer& tokenizer = s.lm->model.tokenizer();
+  std::size_t text_offset = 0;  // of the next token's text, in the completion's characters
+  // The choice's `logprobs` for `tokens`: null when the request asks for none.
+  const auto logprobs_of = [&](std::span<const generated_token> tokens) -> json::value {
+    if (!logprobs) {
+      return nullptr;
+    }
+    if (chat) {
+      return chat_logprobs(tokenizer, tokens);
+    }
+    return completion_logprobs(tokenizer, tokens, text_offset);
+  };
+  // One streamed chunk: a piece of text (or the role's opening delta, or the last, empty one)
+  // and the tokens that came with it.
+  const auto chunk = [&](std::string_view text, std::span<const generated_token> tokens,
+                         const json::value& finish, bool role = false) {
     json::object choice{{"index", 0}};
     if (chat) {
       json::object delta;
@@ -354,7 +441,8 @@ handler_state::openai_generate(const handler::request& req,
     } else {
       choice["text"] = text;
     }
-    choice["logprobs"] = nullptr;
+    // A chunk without tokens has none to list (the role's, the last).
+    choice["logprobs"] = tokens.empty() ? json::value(nullptr) : logprobs_of(tokens);
     choice["finish_reason"] = finish;
     return event(json::object{{"id", id},
                               {"object", object},
@@ -375,11 +463,12 @@ handler_state::openai_generate(const handler::request& req,
       co_return false;
     }
     if (chat) {
-      co_return co_await out.write(chunk({}, nullptr, true));
+      co_return co_await out.write(chunk({}, {}, nullptr, true));
     }
     co_return true;
   };
-  const auto on_text = [&](std::string_view text) -> asio::awaitable<bool> {
+  const auto on_text = [&](std::string_view text,
+                           std::span<const generated_token> tokens) -> asio::awaitable<bool> {
     if (!stream) {
       co_return true;
     }
@@ -389,7 +478,7 @@ handler_state::openai_generate(const handler::request& req,
     if (text.empty()) {
       co_return true;  // submitted: the head (and a chat's role) only
     }
-    co_return co_await out.write(chunk(text, nullptr));
+    co_return co_await out.write(chunk(text, tokens, nullptr));
   };
 
   generation_result g;
@@ -412,7 +501,7 @@ handler_state::openai_generate(const handler::request& req,
     } else {
       choice["text"] = g.text;
     }
-    choice["logprobs"] = nullptr;
+    choice["logprobs"] = logprobs_of(g.logprobs);
     choice["finish_reason"] = finish_name(g.reason);
     co_return reply(
         req, http::status::ok,
@@ -429,7 +518,9 @@ handler_state::openai_generate(const handler::request& req,
   }
   // The events are made before each co_await: GCC 12 cannot keep an initializer list's array
   // across one.
-  std::string last = failure.empty() ? chunk({}, json::value(finish_name(g.reason)))
+  // The last chunk lists the tokens no piece of text carried (a stop string's, held back).
+  const auto unlisted = std::span<const generated_token>(g.logprobs).subspan(g.logprobs_given);
+  std::string last = failure.empty() ? chunk({}, unlisted, json::value(finish_name(g.reason)))
                                      : event(json::object{{"error", failure_body(failure)}});
   co_await out.write(last);
   if (include_usage) {

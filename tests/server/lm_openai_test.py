@@ -14,6 +14,7 @@ Exits 0 on success, 1 on a failure, 77 (skipped) when the `openai` package is mi
 import argparse
 import http.client
 import json
+import math
 import os
 import socket
 import struct
@@ -63,6 +64,29 @@ def expected_ids(model):
         data = raw[8 + n + begin:8 + n + end]
         out[name] = list(struct.unpack(f"<{len(data) // 8}q", data))
     return out
+
+
+def expected_logits(model):
+    """The last row of transformers' float32 logits after each recorded prompt of `model`: the
+    scores of the first greedy token."""
+    raw_bytes = (DATA / f"{model}-expected.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", raw_bytes[:8])
+    header = json.loads(raw_bytes[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__" or t["dtype"] != "F32":
+            continue
+        begin, end = t["data_offsets"]
+        rows, vocab = t["shape"]
+        last = raw_bytes[8 + n + begin + (rows - 1) * vocab * 4:8 + n + end]
+        out[name] = list(struct.unpack(f"<{vocab}f", last))
+    return out
+
+
+def log_softmax(row):
+    top = max(row)
+    total = math.log(sum(math.exp(x - top) for x in row))
+    return [x - top - total for x in row]
 
 
 def byte_decoder():
@@ -394,6 +418,73 @@ def run_cases(server):
             assert text == r.choices[0].message.content, (text, r.choices[0].message.content)
             assert chunks[-1].choices[0].finish_reason == r.choices[0].finish_reason
 
+    @case("logprobs on /v1/completions: transformers' log-softmax, whole and streamed alike")
+    def _():
+        prompt, want = greedy["ids_1"], greedy["greedy_1"]
+        first = log_softmax(expected_logits("gpt2-tiny")["logits_1"])
+        text_of = lambda i: decode(DATA / "gpt2-tiny", [i])  # noqa: E731
+        kw = dict(model="gpt2", prompt=prompt, max_tokens=12, temperature=0, logprobs=3,
+                  extra_body={"ignore_eos": True})
+        r = client.completions.create(**kw)
+        lp = r.choices[0].logprobs
+        assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 12, lp
+        assert lp.tokens == [text_of(i) for i in want[:12]], (lp.tokens, want[:12])
+        # The first token's figures are those of transformers' logits after the prompt.
+        assert abs(lp.token_logprobs[0] - first[want[0]]) < 1e-4, (lp.token_logprobs[0],
+                                                                    first[want[0]])
+        likeliest = sorted(range(len(first)), key=lambda i: (-first[i], i))[:3]
+        assert set(lp.top_logprobs[0]) == {text_of(i) for i in likeliest}, lp.top_logprobs[0]
+        for i in likeliest:
+            assert abs(lp.top_logprobs[0][text_of(i)] - first[i]) < 1e-4
+        for token, own, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+            # Greedy: each token is the likeliest of its listing, which holds it.
+            assert own <= 0 and abs(top[token] - own) < 1e-6 and own >= max(top.values()) - 1e-6
+            assert 1 <= len(top) <= 4, top
+        offsets = [0]
+        for token in lp.tokens[:-1]:
+            offsets.append(offsets[-1] + len(token))
+        assert lp.text_offset == offsets, (lp.text_offset, offsets)
+        if "\ufffd" not in r.choices[0].text:
+            assert "".join(lp.tokens) == r.choices[0].text
+        chunks = list(client.completions.create(**kw, stream=True))
+        listed = [c.choices[0].logprobs for c in chunks if c.choices[0].logprobs]
+        assert sum((x.tokens for x in listed), []) == lp.tokens
+        assert sum((x.text_offset for x in listed), []) == lp.text_offset
+        streamed = sum((x.token_logprobs for x in listed), [])
+        assert all(abs(a - b) < 1e-6 for a, b in zip(streamed, lp.token_logprobs)), streamed
+        # 0: each token's own alone; none asked: null.
+        own = client.completions.create(**dict(kw, logprobs=0)).choices[0].logprobs
+        assert [list(t) for t in own.top_logprobs] == [[t] for t in lp.tokens], own.top_logprobs
+        plain = dict(kw)
+        del plain["logprobs"]
+        assert client.completions.create(**plain).choices[0].logprobs is None
+
+    @case("logprobs on chat: each token, its bytes and its likeliest, whole and streamed alike")
+    def _():
+        kw = dict(model="qwen", messages=[{"role": "user", "content": "hi"}], temperature=0,
+                  max_tokens=4, logprobs=True, top_logprobs=2, extra_body={"ignore_eos": True})
+        r = client.chat.completions.create(**kw)
+        content = r.choices[0].logprobs.content
+        assert len(content) == r.usage.completion_tokens == 4, content
+        for t in content:
+            assert bytes(t.bytes).decode("utf-8", "replace") == t.token, t
+            assert len(t.top_logprobs) == 2, t
+            assert t.top_logprobs[0].token == t.token, t  # greedy: the likeliest
+            assert abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6, t
+            assert t.top_logprobs[1].logprob <= t.logprob <= 0, t
+        if "\ufffd" not in r.choices[0].message.content:
+            assert "".join(t.token for t in content) == r.choices[0].message.content
+        chunks = list(client.chat.completions.create(**kw, stream=True))
+        streamed = [t for c in chunks if c.choices[0].logprobs
+                    for t in c.choices[0].logprobs.content]
+        assert [t.token for t in streamed] == [t.token for t in content]
+        assert all(abs(a.logprob - b.logprob) < 1e-6 for a, b in zip(streamed, content))
+        # logprobs alone: no alternatives; not asked: null.
+        alone = client.chat.completions.create(**dict(kw, top_logprobs=None))
+        assert all(t.top_logprobs == [] for t in alone.choices[0].logprobs.content)
+        assert client.chat.completions.create(
+            **dict(kw, logprobs=False, top_logprobs=None)).choices[0].logprobs is None
+
     @case("the generate extension: /generate and /generate_stream, advertised in GET /v2")
     def _():
         status, _, body = raw(server, "GET", "/v2")
@@ -431,7 +522,9 @@ def run_cases(server):
             ({"model": "gpt2", "prompt": "x", "stop": 5}, 400, "stop"),
             ({"model": "gpt2", "prompt": "x", "n": 0}, 400, "n"),
             ({"model": "gpt2", "prompt": "x", "n": 2}, 400, "n"),
-            ({"model": "gpt2", "prompt": "x", "logprobs": 3}, 400, "logprobs"),
+            ({"model": "gpt2", "prompt": "x", "logprobs": 21}, 400, "logprobs"),
+            ({"model": "gpt2", "prompt": "x", "logprobs": -1}, 400, "logprobs"),
+            ({"model": "gpt2", "prompt": "x", "top_logprobs": 2}, 400, "top_logprobs"),
             ({"model": "gpt2", "prompt": "x", "stream": "yes"}, 400, "stream"),
             ({"model": "gpt2", "prompt": ""}, 400, "prompt"),
             ({"model": "gpt2", "prompt": 7}, 400, "prompt"),
@@ -480,6 +573,15 @@ def run_cases(server):
         assert raw(server, "POST", "/v1/nothing", {})[0] == 404
         status, _, data = raw(server, "POST", "/v2/models/gpt2/generate", {"text_input": 3})
         assert status == 400 and "text_input" in json.loads(data)["error"], data
+        # Chat's logprobs: a flag, top_logprobs 0 to 20 with it; the generate extension has none.
+        chat = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}]}
+        for extra, param in (({"logprobs": 2}, "logprobs"), ({"top_logprobs": 2}, "top_logprobs"),
+                             ({"logprobs": True, "top_logprobs": 21}, "top_logprobs")):
+            status, _, data = raw(server, "POST", "/v1/chat/completions", {**chat, **extra})
+            assert status == 400 and json.loads(data)["error"]["param"] == param, (extra, data)
+        status, _, data = raw(server, "POST", "/v2/models/gpt2/generate",
+                              {"text_input": "a", "parameters": {"logprobs": 2}})
+        assert status == 400 and "logprobs" in json.loads(data)["error"], data
         with_openai = None
         try:
             client.completions.create(model="nope", prompt="x")
