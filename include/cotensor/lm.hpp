@@ -268,8 +268,8 @@ struct sampling_params {
 
 /// A token and its log-probability.
 struct token_logprob {
-  std::int32_t id = 0;
-  float logprob = 0.0F;
+  std::int32_t id = 0;   ///< the token
+  float logprob = 0.0F;  ///< its log-probability
 };
 
 /// The log-probabilities that came with a token (`sampling_params::logprobs`): the log-softmax of
