@@ -624,6 +624,21 @@ TEST_SUITE("lm.generate") {
         CHECK(only_own[i].logprobs->logprob == tokens[i].logprobs->logprob);
       }
     }
+    // A cancelled sequence has no token, so no log-probabilities either.
+    auto s = g.submit(prompt, {.temperature = 0.0F, .max_tokens = 8, .logprobs = 1});
+    asio::io_context io;
+    bool had = false;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          (void)co_await s.async_next(asio::use_awaitable);
+          had = s.logprobs().has_value();
+          s.cancel();
+        },
+        asio::detached);
+    io.run();
+    CHECK(had);
+    CHECK_FALSE(s.logprobs().has_value());
   }
 
   TEST_CASE("submit refuses what it cannot run, naming it") {

@@ -35,6 +35,7 @@ void sequence::cancel() noexcept {
     state_->reason = finish_reason::cancelled;
     state_->unread.clear();
     state_->unread_logprobs.clear();
+    state_->taken_logprobs.reset();  // the end: no token
   }
   state_->cancelled.store(true, std::memory_order_relaxed);
   wake_reader(*state_, lock);

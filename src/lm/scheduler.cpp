@@ -225,10 +225,11 @@ bool generator::state::step() {
           const std::span<const float> row_logits(logits.data() + r * vocab, vocab);
           const std::int32_t id =
               sample(row_logits, s.params, s.seed, static_cast<std::uint64_t>(s.generated));
-          picked.push_back({&s, id, std::nullopt});
+          std::optional<token_logprobs> logprobs;
           if (s.params.logprobs) {
-            picked.back().logprobs = logprobs_of(row_logits, id, *s.params.logprobs);
+            logprobs = logprobs_of(row_logits, id, *s.params.logprobs);
           }
+          picked.push_back({&s, id, std::move(logprobs)});  // nothing picked if either threw
         }
       } catch (...) {
         finish(s, finish_reason::error, std::current_exception());  // non-finite logits

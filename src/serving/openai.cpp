@@ -207,11 +207,7 @@ json::array token_bytes(const lm::tokenizer& t, std::int32_t id) {
   return out;
 }
 
-// Code points of UTF-8 `text`: the character offsets of /v1/completions' `text_offset`.
-std::size_t characters(std::string_view text) {
-  return static_cast<std::size_t>(std::ranges::count_if(
-      text, [](char c) { return (static_cast<unsigned char>(c) & 0xC0U) != 0x80U; }));
-}
+bool continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0U) == 0x80U; }
 
 // /v1/chat/completions' `logprobs` of `tokens`: {"content": [{token, logprob, bytes,
 // top_logprobs: [{token, logprob, bytes}]}]}.
@@ -233,11 +229,14 @@ json::object chat_logprobs(const lm::tokenizer& t, std::span<const generated_tok
 }
 
 // /v1/completions' `logprobs` of `tokens`: {"tokens", "token_logprobs", "top_logprobs" (each
-// token's likeliest and the token itself, text to log-probability), "text_offset" (characters
-// from the completion's start, the first at `offset`, which it leaves past the last)}.
+// token's likeliest and the token itself, text to log-probability: tokens of the same text
+// share an entry, as in OpenAI's and vLLM's), "text_offset"}. `characters` counts those of the
+// completion's text begun before the first token (a UTF-8 lead byte or ASCII each, as decode
+// puts the tokens' bytes together, special tokens left out), and is left counting past the
+// last: a token's offset is the character its first byte belongs to.
 json::object completion_logprobs(const lm::tokenizer& t,
                                  std::span<const generated_token> tokens,
-                                 std::size_t& offset) {
+                                 std::size_t& characters) {
   json::array texts;
   json::array own;
   json::array top;
@@ -249,8 +248,15 @@ json::object completion_logprobs(const lm::tokenizer& t,
       likeliest[token_text(t, alt.id)] = alt.logprob;
     }
     likeliest[text] = g.logprobs.logprob;
-    offsets.emplace_back(offset);
-    offset += characters(text);
+    const std::string bytes =
+        g.id >= 0 && static_cast<std::size_t>(g.id) < t.vocab_size() && !t.is_special(g.id)
+            ? t.token_bytes(g.id)
+            : std::string();
+    // A token that begins inside a character (its first byte a continuation) is at it.
+    const bool inside = !bytes.empty() && continuation(bytes.front()) && characters > 0;
+    offsets.emplace_back(characters - (inside ? 1 : 0));
+    characters += static_cast<std::size_t>(
+        std::ranges::count_if(bytes, [](char c) { return !continuation(c); }));
     texts.emplace_back(std::move(text));
     own.emplace_back(g.logprobs.logprob);
     top.emplace_back(std::move(likeliest));
@@ -413,7 +419,7 @@ handler_state::openai_generate(const handler::request& req,
   const std::size_t prompt_tokens = r.prompt.size();
   const bool logprobs = r.params.logprobs.has_value();
   const lm::tokenizer& tokenizer = s.lm->model.tokenizer();
-  std::size_t text_offset = 0;  // of the next token's text, in the completion's characters
+  std::size_t text_offset = 0;  // the completion's characters begun so far (completion_logprobs)
   // The choice's `logprobs` for `tokens`: null when the request asks for none.
   const auto logprobs_of = [&](std::span<const generated_token> tokens) -> json::value {
     if (!logprobs) {

@@ -440,12 +440,13 @@ def run_cases(server):
             # Greedy: each token is the likeliest of its listing, which holds it.
             assert own <= 0 and abs(top[token] - own) < 1e-6 and own >= max(top.values()) - 1e-6
             assert 1 <= len(top) <= 4, top
-        offsets = [0]
-        for token in lp.tokens[:-1]:
-            offsets.append(offsets[-1] + len(token))
-        assert lp.text_offset == offsets, (lp.text_offset, offsets)
-        if "\ufffd" not in r.choices[0].text:
-            assert "".join(lp.tokens) == r.choices[0].text
+        # Each token's offset is where its text starts in the completion's.
+        text = r.choices[0].text
+        assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset), lp.text_offset
+        for token, at in zip(lp.tokens, lp.text_offset):
+            assert "\ufffd" in token or text[at:].startswith(token), (token, at, text)
+        if "\ufffd" not in text:
+            assert "".join(lp.tokens) == text
         chunks = list(client.completions.create(**kw, stream=True))
         listed = [c.choices[0].logprobs for c in chunks if c.choices[0].logprobs]
         assert sum((x.tokens for x in listed), []) == lp.tokens
