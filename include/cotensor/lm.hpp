@@ -240,6 +240,9 @@ private:
   std::shared_ptr<const impl> impl_;
 };
 
+/// The most likeliest tokens `sampling_params::logprobs` may ask for (vLLM's and OpenAI's 20).
+inline constexpr int max_logprobs = 20;
+
 /// How a sequence picks its tokens and when it ends (vLLM's `SamplingParams`, its defaults).
 struct sampling_params {
   /// Divides the logits before the softmax; 0 picks the most likely token (greedy, the lowest
@@ -262,7 +265,8 @@ struct sampling_params {
   /// Goes on past the model's end-of-sequence ids (delivering them) instead of stopping before.
   bool ignore_eos = false;
   /// Log-probabilities with every token delivered (`sequence::logprobs`): its own and those of
-  /// the `logprobs` most likely tokens, 0 to 20 (vLLM's `logprobs`). None: not computed.
+  /// the `logprobs` most likely tokens, 0 to `max_logprobs` (vLLM's `logprobs`). None: not
+  /// computed.
   std::optional<int> logprobs{};
 };
 

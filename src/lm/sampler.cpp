@@ -105,8 +105,14 @@ std::int32_t first_equal(std::span<const float> logits, float top) {
   return static_cast<std::int32_t>(i);
 }
 
-// The most alternatives a token's log-probabilities name (vLLM's and OpenAI's 20).
-constexpr int max_top_logprobs = 20;
+// Orders ids of `logits` most likely first, the lower id first among equals.
+auto likelier(std::span<const float> logits) {
+  return [logits](std::int32_t a, std::int32_t b) {
+    const float la = logits[static_cast<std::size_t>(a)];
+    const float lb = logits[static_cast<std::size_t>(b)];
+    return la > lb || (la == lb && a < b);
+  };
+}
 
 }  // namespace
 
@@ -126,8 +132,8 @@ void check_sampling(const sampling_params& p) {
   if (p.max_tokens < 1) {
     refuse("max_tokens must be 1 or more");
   }
-  if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > max_top_logprobs)) {
-    refuse("logprobs must be in [0, " + std::to_string(max_top_logprobs) + "]");
+  if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > max_logprobs)) {
+    refuse("logprobs must be in [0, " + std::to_string(max_logprobs) + "]");
   }
   for (const std::string& s : p.stop) {
     if (s.empty()) {
@@ -159,11 +165,7 @@ std::int32_t sample(std::span<const float> logits,
   // The candidates, most likely first when a filter needs an order.
   std::vector<std::int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
-  const auto higher = [&](std::int32_t a, std::int32_t b) {
-    const float la = logits[static_cast<std::size_t>(a)];
-    const float lb = logits[static_cast<std::size_t>(b)];
-    return la > lb || (la == lb && a < b);
-  };
+  const auto higher = likelier(logits);
   if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < ids.size()) {
     const auto k = static_cast<std::ptrdiff_t>(p.top_k);
     std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), higher);
@@ -225,11 +227,7 @@ token_logprobs logprobs_of(std::span<const float> logits, std::int32_t id, int t
   std::vector<std::int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
-                    [&](std::int32_t a, std::int32_t b) {
-                      const float la = logits[static_cast<std::size_t>(a)];
-                      const float lb = logits[static_cast<std::size_t>(b)];
-                      return la > lb || (la == lb && a < b);
-                    });
+                    likelier(logits));
   out.top.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     out.top.push_back({.id = ids[i], .logprob = logprob(ids[i])});

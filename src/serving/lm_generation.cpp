@@ -154,8 +154,8 @@ void read_sampling(const json::object& o, generation_request& r, sampling_route 
   // Log-probabilities: a count on /v1/completions, a flag (and top_logprobs' count) on chat.
   const auto count = [](const json::value& v, std::string_view name) {
     const std::int64_t n = integer(v, name);
-    if (n < 0 || n > max_top_logprobs) {
-      refuse(name, "must be between 0 and " + std::to_string(max_top_logprobs));
+    if (n < 0 || n > lm::max_logprobs) {
+      refuse(name, "must be between 0 and " + std::to_string(lm::max_logprobs));
     }
     return static_cast<int>(n);
   };

@@ -84,13 +84,11 @@ inline constexpr std::size_t max_stop_bytes = 1024;
 // The route whose request read_sampling reads: its fields differ.
 enum class sampling_route : std::uint8_t {
   generate,     // the generate extension: `logprobs` false or null only
-  completions,  // /v1/completions: `logprobs` the count of likeliest tokens, 0 to 20
+  completions,  // /v1/completions: `logprobs` the count of likeliest tokens, 0 to
+                // lm::max_logprobs
   chat,         // /v1/chat/completions: `max_completion_tokens`; `logprobs` true or false,
-                // `top_logprobs` 0 to 20 with it
+                // `top_logprobs` 0 to lm::max_logprobs with it
 };
-
-// The most likeliest tokens a request's log-probabilities may list (vLLM's default).
-inline constexpr std::int64_t max_top_logprobs = 20;
 
 // Reads the sampling fields of `o` into `r.params`: `max_tokens` (and, for chat,
 // `max_completion_tokens`), `temperature`, `top_p`, `top_k` (-1 or 0: off), `seed`, `stop` (a
