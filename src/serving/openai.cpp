@@ -9,8 +9,8 @@
 #endif
 
 #include "serving/handler_state.hpp"
+#include "serving/openai_logprobs.hpp"
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -186,85 +186,6 @@ void refuse_unsupported(const json::object& o) {
       refuse("response_format", "is not supported (only {\"type\": \"text\"})");
     }
   }
-}
-
-// A token as a listing of log-probabilities shows it: its text (an incomplete UTF-8 character's
-// bytes as U+FFFD, a special token as written) and, for chat, its bytes.
-std::string token_text(const lm::tokenizer& t, std::int32_t id) {
-  if (id < 0 || static_cast<std::size_t>(id) >= t.vocab_size()) {
-    return {};  // a padded vocabulary's id past the tokenizer's: no text
-  }
-  return t.is_special(id) ? t.token_bytes(id) : t.decode(std::span(&id, 1));
-}
-
-json::array token_bytes(const lm::tokenizer& t, std::int32_t id) {
-  json::array out;
-  if (id >= 0 && static_cast<std::size_t>(id) < t.vocab_size()) {
-    for (const char c : t.token_bytes(id)) {
-      out.emplace_back(static_cast<unsigned char>(c));
-    }
-  }
-  return out;
-}
-
-bool continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0U) == 0x80U; }
-
-// /v1/chat/completions' `logprobs` of `tokens`: {"content": [{token, logprob, bytes,
-// top_logprobs: [{token, logprob, bytes}]}]}.
-json::object chat_logprobs(const lm::tokenizer& t, std::span<const generated_token> tokens) {
-  json::array content;
-  for (const generated_token& g : tokens) {
-    json::array top;
-    for (const lm::token_logprob& alt : g.logprobs.top) {
-      top.emplace_back(json::object{{"token", token_text(t, alt.id)},
-                                    {"logprob", alt.logprob},
-                                    {"bytes", token_bytes(t, alt.id)}});
-    }
-    content.emplace_back(json::object{{"token", token_text(t, g.id)},
-                                      {"logprob", g.logprobs.logprob},
-                                      {"bytes", token_bytes(t, g.id)},
-                                      {"top_logprobs", std::move(top)}});
-  }
-  return {{"content", std::move(content)}};
-}
-
-// /v1/completions' `logprobs` of `tokens`: {"tokens", "token_logprobs", "top_logprobs" (each
-// token's likeliest and the token itself, text to log-probability: tokens of the same text
-// share an entry, as in OpenAI's and vLLM's), "text_offset"}. `characters` counts those of the
-// completion's text begun before the first token (a UTF-8 lead byte or ASCII each, as decode
-// puts the tokens' bytes together, special tokens left out), and is left counting past the
-// last: a token's offset is the character its first byte belongs to.
-json::object completion_logprobs(const lm::tokenizer& t,
-                                 std::span<const generated_token> tokens,
-                                 std::size_t& characters) {
-  json::array texts;
-  json::array own;
-  json::array top;
-  json::array offsets;
-  for (const generated_token& g : tokens) {
-    std::string text = token_text(t, g.id);
-    json::object likeliest;
-    for (const lm::token_logprob& alt : g.logprobs.top) {
-      likeliest[token_text(t, alt.id)] = alt.logprob;
-    }
-    likeliest[text] = g.logprobs.logprob;
-    const std::string bytes =
-        g.id >= 0 && static_cast<std::size_t>(g.id) < t.vocab_size() && !t.is_special(g.id)
-            ? t.token_bytes(g.id)
-            : std::string();
-    // A token that begins inside a character (its first byte a continuation) is at it.
-    const bool inside = !bytes.empty() && continuation(bytes.front()) && characters > 0;
-    offsets.emplace_back(characters - (inside ? 1 : 0));
-    characters += static_cast<std::size_t>(
-        std::ranges::count_if(bytes, [](char c) { return !continuation(c); }));
-    texts.emplace_back(std::move(text));
-    own.emplace_back(g.logprobs.logprob);
-    top.emplace_back(std::move(likeliest));
-  }
-  return {{"tokens", std::move(texts)},
-          {"token_logprobs", std::move(own)},
-          {"top_logprobs", std::move(top)},
-          {"text_offset", std::move(offsets)}};
 }
 
 json::object usage(std::size_t prompt, std::size_t completion) {

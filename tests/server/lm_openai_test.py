@@ -51,36 +51,31 @@ def case(name):
     return run
 
 
-def expected_ids(model):
-    """The prompts and transformers' greedy continuations recorded for `model`."""
-    raw = (DATA / f"{model}-expected.safetensors").read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__" or t["dtype"] != "I64":
-            continue  # the logits
-        begin, end = t["data_offsets"]
-        data = raw[8 + n + begin:8 + n + end]
-        out[name] = list(struct.unpack(f"<{len(data) // 8}q", data))
-    return out
-
-
-def expected_logits(model):
-    """The last row of transformers' float32 logits after each recorded prompt of `model`: the
-    scores of the first greedy token."""
+def recorded(model):
+    """The tensors recorded for `model` (<name>-expected.safetensors): name -> (dtype, shape,
+    bytes)."""
     raw_bytes = (DATA / f"{model}-expected.safetensors").read_bytes()
     (n,) = struct.unpack("<Q", raw_bytes[:8])
     header = json.loads(raw_bytes[8:8 + n])
     out = {}
     for name, t in header.items():
-        if name == "__metadata__" or t["dtype"] != "F32":
-            continue
-        begin, end = t["data_offsets"]
-        rows, vocab = t["shape"]
-        last = raw_bytes[8 + n + begin + (rows - 1) * vocab * 4:8 + n + end]
-        out[name] = list(struct.unpack(f"<{vocab}f", last))
+        if name != "__metadata__":
+            begin, end = t["data_offsets"]
+            out[name] = (t["dtype"], t["shape"], raw_bytes[8 + n + begin:8 + n + end])
     return out
+
+
+def expected_ids(model):
+    """The prompts and transformers' greedy continuations recorded for `model`."""
+    return {name: list(struct.unpack(f"<{len(data) // 8}q", data))
+            for name, (dtype, _, data) in recorded(model).items() if dtype == "I64"}
+
+
+def expected_logits(model):
+    """The last row of transformers' float32 logits after each recorded prompt of `model`: the
+    scores of the first greedy token."""
+    return {name: list(struct.unpack(f"<{shape[1]}f", data[-shape[1] * 4:]))
+            for name, (dtype, shape, data) in recorded(model).items() if dtype == "F32"}
 
 
 def log_softmax(row):
