@@ -624,8 +624,12 @@ TEST_SUITE("lm.generate") {
         CHECK(only_own[i].logprobs->logprob == tokens[i].logprobs->logprob);
       }
     }
-    // A cancelled sequence has no token, so no log-probabilities either.
-    auto s = g.submit(prompt, {.temperature = 0.0F, .max_tokens = 8, .logprobs = 1});
+    // A cancelled sequence has no token, so no log-probabilities either. One unread token at
+    // most pauses the sequence, so it cannot reach its end (which cancel leaves as it is)
+    // before the cancel.
+    generator paced(m, {.max_unread = 1});
+    auto s = paced.submit(
+        prompt, {.temperature = 0.0F, .max_tokens = 8, .ignore_eos = true, .logprobs = 1});
     asio::io_context io;
     bool had = false;
     asio::co_spawn(
