@@ -10,7 +10,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numeric>
+#include <optional>
+#include <random>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 using cotensor::lm::kv_blocks;
@@ -83,6 +88,115 @@ TEST_SUITE("lm.blocks") {
     CHECK_THROWS_AS(cotensor::lm::sample(bad, hot, 1, 0), std::runtime_error);
     bad[3] = std::numeric_limits<float>::infinity();
     CHECK_THROWS_AS(cotensor::lm::sample(bad, {.temperature = 0.0F}, 1, 0), std::runtime_error);
+  }
+
+  TEST_CASE("sampling over a whole vocabulary picks as sorting every token in double would: "
+            "temperature, top-k, top-p and the likeliest ids for log-probabilities") {
+    // 50,257 logits, peaked (a normal's tail, as a model's) and flat, with ties across the
+    // likeliest: against a reference that sorts every id and weighs it in double.
+    std::mt19937 rng(3);
+    for (const float spread : {3.0F, 0.3F}) {
+      CAPTURE(spread);
+      std::normal_distribution<float> normal(0.0F, spread);
+      std::vector<float> logits(50257);
+      for (float& x : logits) {
+        x = normal(rng);
+      }
+      std::vector<std::int32_t> order(logits.size());
+      std::iota(order.begin(), order.end(), 0);
+      const auto by_logit = [&](std::int32_t a, std::int32_t b) {
+        const float la = logits[static_cast<std::size_t>(a)];
+        const float lb = logits[static_cast<std::size_t>(b)];
+        return la > lb || (la == lb && a < b);
+      };
+      std::ranges::sort(order, by_logit);
+      // Ties: the 3rd and the 40th likeliest take the 2nd's and the 39th's logit.
+      for (const std::size_t at : {std::size_t{2}, std::size_t{39}}) {
+        logits[static_cast<std::size_t>(order[at])] =
+            logits[static_cast<std::size_t>(order[at - 1])];
+      }
+      std::ranges::sort(order, by_logit);
+      const float top = logits[static_cast<std::size_t>(order[0])];
+      // The reference: the kept ids in order and their weights, or nullopt when u · total lies
+      // too near a boundary to call.
+      const auto reference = [&](const sampling_params& p,
+                                 double u) -> std::optional<std::int32_t> {
+        std::vector<std::int32_t> kept = order;
+        if (p.top_k > 0) {
+          kept.resize(static_cast<std::size_t>(p.top_k));
+        }
+        std::vector<double> w;
+        for (const std::int32_t id : kept) {
+          w.push_back(std::exp((static_cast<double>(logits[static_cast<std::size_t>(id)]) - top) /
+                               static_cast<double>(p.temperature)));
+        }
+        double total = std::accumulate(w.begin(), w.end(), 0.0);
+        if (p.top_p < 1.0F) {
+          double sum = 0.0;
+          std::size_t n = 0;
+          while (n < w.size() && sum < static_cast<double>(p.top_p) * total) {
+            sum += w[n++];
+          }
+          if (std::abs(sum - w[n - 1] - static_cast<double>(p.top_p) * total) < 1e-6 * total) {
+            return std::nullopt;  // the nucleus's edge
+          }
+          kept.resize(n);
+          w.resize(n);
+          total = sum;
+        }
+        if (p.top_k == 0 && p.top_p >= 1.0F) {
+          // Nothing filtered: ids in their own order.
+          std::vector<std::pair<std::int32_t, double>> by_id;
+          for (std::size_t i = 0; i < kept.size(); ++i) {
+            by_id.emplace_back(kept[i], w[i]);
+          }
+          std::ranges::sort(by_id);
+          for (std::size_t i = 0; i < kept.size(); ++i) {
+            std::tie(kept[i], w[i]) = by_id[i];
+          }
+        }
+        double sum = 0.0;
+        for (std::size_t i = 0; i < kept.size(); ++i) {
+          sum += w[i];
+          if (std::abs(u * total - sum) < 1e-6 * total) {
+            return std::nullopt;
+          }
+          if (u * total < sum) {
+            return kept[i];
+          }
+        }
+        return std::nullopt;
+      };
+      const sampling_params params[] = {{.temperature = 1.0F},
+                                        {.temperature = 0.8F, .top_p = 0.95F},
+                                        {.temperature = 1.3F, .top_p = 0.5F},
+                                        {.temperature = 0.8F, .top_k = 50},
+                                        {.temperature = 0.7F, .top_k = 40, .top_p = 0.9F},
+                                        {.temperature = 1.0F, .top_k = 3}};
+      for (const sampling_params& p : params) {
+        CAPTURE(p.temperature);
+        CAPTURE(p.top_k);
+        CAPTURE(p.top_p);
+        int called = 0;
+        for (int k = 0; k < 200; ++k) {
+          const double u = (k + 0.5) / 200.0;
+          CAPTURE(u);
+          if (const auto want = reference(p, u)) {
+            ++called;
+            CHECK(cotensor::lm::pick(logits, top, p, u) == *want);
+          }
+        }
+        CHECK(called > 150);
+      }
+      // The likeliest ids, in order, ties to the lower id.
+      for (const int k : {0, 1, 2, 3, 20}) {
+        const auto lp = cotensor::lm::logprobs_of(logits, order[5], k);
+        REQUIRE(lp.top.size() == static_cast<std::size_t>(k));
+        for (std::size_t i = 0; i < lp.top.size(); ++i) {
+          CHECK(lp.top[i].id == order[i]);
+        }
+      }
+    }
   }
 
   TEST_CASE("greedy sampling over a whole vocabulary: the first largest logit wherever it lies, "

@@ -6,11 +6,14 @@
 //
 //   cotensor_bench_lm MODEL_DIR [--dtype float32|bfloat16|float16] [--prompt P] [--new N]
 //                     [--concurrency 1,4,16,64] [--repeat R]
+//                     [--temperature T] [--top-k K] [--top-p P] [--logprobs L]
 //   cotensor_bench_lm --triad
 //   cotensor_bench_lm --quick          (the tiny test model, a few tokens: the CI smoke run)
 //
-// Prompts are random ids of the tokenizer (seeded), generation greedy with `ignore_eos`, so
-// every stream makes exactly N tokens. Figures are medians of R runs after a warm-up.
+// Prompts are random ids of the tokenizer (seeded), generation with `ignore_eos`, so every
+// stream makes exactly N tokens: greedy, or sampled under --temperature (with --top-k and
+// --top-p, each stream its own seed), with --logprobs L log-probabilities a token. Figures are
+// medians of R runs after a warm-up.
 
 #include <cotensor/cotensor.hpp>
 
@@ -42,9 +45,11 @@ struct figures {
   double decode_aggregate_tok_s = 0;
 };
 
-// Runs `streams` sequences of `prompt` random ids and `new_tokens` tokens at once.
+// Runs `streams` sequences of `prompt` random ids and `new_tokens` tokens at once, sampled
+// under `sampling` (its max_tokens, ignore_eos and seed set here).
 figures run_once(const lm::model& m,
                  lm::generator& g,
+                 lm::sampling_params sampling,
                  int streams,
                  int prompt,
                  int new_tokens,
@@ -60,8 +65,10 @@ figures run_once(const lm::model& m,
     for (auto& i : ids) {
       i = id(rng);
     }
-    auto seq = g.submit(std::move(ids),
-                        {.temperature = 0.0F, .max_tokens = new_tokens, .ignore_eos = true});
+    sampling.max_tokens = new_tokens;
+    sampling.ignore_eos = true;
+    sampling.seed = seed * 1000U + static_cast<std::uint32_t>(s);
+    auto seq = g.submit(std::move(ids), sampling);
     asio::co_spawn(
         io,
         [&, s, seq = std::move(seq)]() mutable -> asio::awaitable<void> {
@@ -162,6 +169,7 @@ int main(int argc, char** argv) try {
   int new_tokens = 64;
   int repeat = 3;
   std::vector<int> concurrency{1, 4, 16, 64};
+  lm::sampling_params sampling{.temperature = 0.0F};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto value = [&]() -> std::string {
@@ -189,6 +197,14 @@ int main(int argc, char** argv) try {
       repeat = std::stoi(value());
     } else if (a == "--concurrency") {
       concurrency = parse_list(value());
+    } else if (a == "--temperature") {
+      sampling.temperature = std::stof(value());
+    } else if (a == "--top-k") {
+      sampling.top_k = std::stoi(value());
+    } else if (a == "--top-p") {
+      sampling.top_p = std::stof(value());
+    } else if (a == "--logprobs") {
+      sampling.logprobs = std::stoi(value());
     } else if (!a.starts_with("--") && dir.empty()) {
       dir = a;
     } else {
@@ -197,19 +213,26 @@ int main(int argc, char** argv) try {
   }
   if (dir.empty()) {
     throw std::invalid_argument("usage: cotensor_bench_lm MODEL_DIR [--dtype D] [--prompt P] "
-                                "[--new N] [--concurrency 1,4,16,64] [--repeat R] | --triad | "
-                                "--quick");
+                                "[--new N] [--concurrency 1,4,16,64] [--repeat R] "
+                                "[--temperature T] [--top-k K] [--top-p P] [--logprobs L] | "
+                                "--triad | --quick");
   }
   const auto dt = dtype_named(dtype_name);
   const lm::model m = lm::model::load(dir, {.dtype = dt});
   const std::string name = std::filesystem::path(dir).filename().string();
+  char sampled[128];
+  std::snprintf(sampled, sizeof sampled,
+                "\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"logprobs\": %d",
+                static_cast<double>(sampling.temperature), sampling.top_k,
+                static_cast<double>(sampling.top_p), sampling.logprobs.value_or(-1));
   for (const int c : concurrency) {
     lm::generator g(m, {.max_running = static_cast<std::size_t>(c),
                         .token_budget = std::max<std::int64_t>(512, c)});
     std::vector<figures> runs;
-    run_once(m, g, 1, prompt, std::min(new_tokens, 4), 99);  // warm-up
+    run_once(m, g, sampling, 1, prompt, std::min(new_tokens, 4), 99);  // warm-up
     for (int r = 0; r < repeat; ++r) {
-      runs.push_back(run_once(m, g, c, prompt, new_tokens, static_cast<std::uint32_t>(r)));
+      runs.push_back(
+          run_once(m, g, sampling, c, prompt, new_tokens, static_cast<std::uint32_t>(r)));
     }
     const auto med = [&](double figures::*field) {
       std::vector<double> v;
@@ -221,10 +244,10 @@ int main(int argc, char** argv) try {
     std::printf("{\"impl\": \"cotensor\", \"model\": \"%s\", \"dtype\": \"%s\", \"prompt\": %d, "
                 "\"new\": %d, \"concurrency\": %d, \"prefill_tok_s\": %.2f, "
                 "\"decode_tok_s\": %.2f, \"ttft_ms\": %.2f, \"aggregate_tok_s\": %.2f, "
-                "\"decode_aggregate_tok_s\": %.2f}\n",
+                "\"decode_aggregate_tok_s\": %.2f, %s}\n",
                 name.c_str(), dtype_name.c_str(), prompt, new_tokens, c,
                 med(&figures::prefill_tok_s), med(&figures::decode_tok_s), med(&figures::ttft_ms),
-                med(&figures::aggregate_tok_s), med(&figures::decode_aggregate_tok_s));
+                med(&figures::aggregate_tok_s), med(&figures::decode_aggregate_tok_s), sampled);
     std::fflush(stdout);
   }
   // The prefix cache: the same prompt again, its time to first token with the blocks found.
@@ -234,8 +257,8 @@ int main(int argc, char** argv) try {
     std::vector<double> warm;
     for (int r = 0; r < std::max(repeat, 1); ++r) {
       const auto seed = static_cast<std::uint32_t>(1000 + r);
-      cold.push_back(run_once(m, g, 1, prompt, 2, seed).ttft_ms);
-      warm.push_back(run_once(m, g, 1, prompt, 2, seed).ttft_ms);
+      cold.push_back(run_once(m, g, sampling, 1, prompt, 2, seed).ttft_ms);
+      warm.push_back(run_once(m, g, sampling, 1, prompt, 2, seed).ttft_ms);
     }
     std::printf("{\"impl\": \"cotensor\", \"model\": \"%s\", \"dtype\": \"%s\", \"prompt\": %d, "
                 "\"prefix_ttft_cold_ms\": %.2f, \"prefix_ttft_warm_ms\": %.2f, "

@@ -24,15 +24,23 @@ bool is_greedy(const sampling_params& p) noexcept;
 std::int32_t pick_greedy(std::int64_t first_largest, float largest);
 
 /// The token picked from `logits` (one row of the vocabulary) for the `n`-th token generated
-/// under `seed`. Throws std::runtime_error if a logit is NaN or +infinity.
+/// under `seed`: `pick` with the Philox number of (seed, n), or the first largest logit when
+/// greedy. Throws std::runtime_error if a logit is NaN or +infinity.
 std::int32_t sample(std::span<const float> logits,
                     const sampling_params& p,
                     std::uint64_t seed,
                     std::uint64_t n);
 
+/// The token a uniform `u` in [0, 1) picks from finite `logits` whose largest is `top`, under
+/// a temperature above 0: the weights e^(x/T − top/T) in float (libmvec's exp, within 4 ulp),
+/// kept by top-k, then by top-p over their total (in double), the kept ones walked likeliest
+/// first (ids in order when nothing is filtered) to where u · their total falls.
+std::int32_t pick(std::span<const float> logits, float top, const sampling_params& p, double u);
+
 /// The log-probabilities of `id` and of the `top` most likely ids of `logits` (one row of the
-/// vocabulary, finite: `sample` checked it): the log-softmax in double, rounded to float; the
-/// most likely first, the lower id first among equals.
+/// vocabulary, finite: `sample` checked it): x − max − log Σ e^(x − max), the exponentials in
+/// float (libmvec's, within 4 ulp), their sum, the logarithm and the difference in double,
+/// rounded to float; the most likely first, the lower id first among equals.
 token_logprobs logprobs_of(std::span<const float> logits, std::int32_t id, int top);
 
 }  // namespace cotensor::lm
