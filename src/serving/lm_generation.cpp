@@ -147,9 +147,14 @@ void read_sampling(const json::object& o, generation_request& r, sampling_route 
     p.ignore_eos = boolean(*v, "ignore_eos");
   }
   if (const auto* v = field(o, "n")) {
-    if (integer(*v, "n") != 1) {
-      refuse("n", "must be 1: one choice per request is served");
+    const std::int64_t n = integer(*v, "n");
+    if (route == sampling_route::generate && n != 1) {
+      refuse("n", "must be 1 on this route (use /v1/completions or /v1/chat/completions)");
     }
+    if (n < 1 || n > static_cast<std::int64_t>(max_choices)) {
+      refuse("n", "must be between 1 and " + std::to_string(max_choices));
+    }
+    r.choices = static_cast<std::size_t>(n);
   }
   // Log-probabilities: a count on /v1/completions, a flag (and top_logprobs' count) on chat.
   const auto count = [](const json::value& v, std::string_view name) {
@@ -263,15 +268,10 @@ std::string_view finish_name(lm::finish_reason r) noexcept {
   }
 }
 
-asio::awaitable<generation_result> generate(served_lm& s,
-                                            generation_request r,
-                                            clock_type::time_point start,
-                                            const generation_sink& on_text) {
-  const std::vector<std::string> stops = r.params.stop;
-  const std::size_t prompt_size = r.prompt.size();
-  lm::sequence seq;
+submitted_generation submit_generation(served_lm& s, generation_request r) {
+  submitted_generation g{.seq = {}, .prompt_size = r.prompt.size(), .stops = r.params.stop};
   try {
-    seq = s.gen.submit(std::move(r.prompt), std::move(r.params));
+    g.seq = s.gen.submit(std::move(r.prompt), std::move(r.params));
   } catch (const std::length_error& e) {
     throw lm_request_error(503, std::string("the server is busy: ") + e.what());
   } catch (const std::invalid_argument& e) {
@@ -279,7 +279,23 @@ asio::awaitable<generation_result> generate(served_lm& s,
   } catch (const std::out_of_range& e) {
     throw lm_request_error(400, e.what(), "prompt");
   }
-  s.counters.prompt_tokens += prompt_size;
+  return g;
+}
+
+asio::awaitable<generation_result> generate(served_lm& s,
+                                            generation_request r,
+                                            clock_type::time_point start,
+                                            const generation_sink& on_text) {
+  co_return co_await generate(s, submit_generation(s, std::move(r)), start, on_text);
+}
+
+asio::awaitable<generation_result> generate(served_lm& s,
+                                            submitted_generation submitted,
+                                            clock_type::time_point start,
+                                            const generation_sink& on_text) {
+  lm::sequence seq = std::move(submitted.seq);
+  const std::vector<std::string>& stops = submitted.stops;
+  s.counters.prompt_tokens += submitted.prompt_size;
 
   generation_result out;
   // Counted however the coroutine ends: a cancellation that comes between two waits throws
@@ -300,7 +316,7 @@ asio::awaitable<generation_result> generate(served_lm& s,
   } const counted{s.counters, start, out.reason};
   lm::text_stream pieces(s.lm->model.tokenizer());
   const std::size_t vocabulary = s.lm->model.tokenizer().vocab_size();
-  // Admitted or queued: the client hears so now (a stream's head; nothing for a whole answer).
+  // Submitted: the client hears so now (a stream's head; nothing for a whole answer).
   if (!co_await on_text({}, {})) {
     out.reason = lm::finish_reason::cancelled;
     co_return out;

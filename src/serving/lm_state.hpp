@@ -75,7 +75,11 @@ struct generation_request {
   std::vector<std::int32_t> prompt;
   lm::sampling_params params;
   bool max_tokens_given = false;  // else `params.max_tokens` is the route's default
+  std::size_t choices = 1;        // OpenAI's `n`: completions of the one prompt
 };
+
+// The most choices (`n`) one OpenAI request may ask for.
+inline constexpr std::size_t max_choices = 16;
 
 // The most stop strings of a request, and their longest.
 inline constexpr std::size_t max_stops = 16;
@@ -92,9 +96,9 @@ enum class sampling_route : std::uint8_t {
 
 // Reads the sampling fields of `o` into `r.params`: `max_tokens` (and, for chat,
 // `max_completion_tokens`), `temperature`, `top_p`, `top_k` (-1 or 0: off), `seed`, `stop` (a
-// string or a list of strings), `ignore_eos`, `n` (only 1), `logprobs` and `top_logprobs` as the
-// route has them. Throws lm_request_error (400) naming the field for a wrong type or a value out
-// of range.
+// string or a list of strings), `ignore_eos`, `n` (1 to max_choices on the OpenAI routes, only 1
+// on the generate extension's), `logprobs` and `top_logprobs` as the route has them. Throws
+// lm_request_error (400) naming the field for a wrong type or a value out of range.
 void read_sampling(const json::object& o, generation_request& r, sampling_route route);
 
 // Fits the request to the model's context and to what the KV cache holds of one sequence: a
@@ -125,12 +129,26 @@ struct generation_result {
 using generation_sink =
     std::function<asio::awaitable<bool>(std::string_view, std::span<const generated_token>)>;
 
-// Runs `r` on `s`'s generator to its end: `on_text` gets an empty piece once the sequence is
-// submitted, then each piece of new text (never part of a UTF-8 character; the text of a stop
-// string and what could still become one held back), and returns false when its client is
-// gone, which cancels the sequence. Throws lm_request_error:
+// A request submitted to a generator: its sequence, and what `generate` needs of the request.
+struct submitted_generation {
+  lm::sequence seq;
+  std::size_t prompt_size = 0;
+  std::vector<std::string> stops;
+};
+
+// Submits `r` (one choice: `r.choices` is not read) to `s`'s generator. Throws lm_request_error:
 // 503 when the generator's waiting queue is full, 400 when the generator refuses the request.
-// Counts the request's tokens and latencies from `start`.
+submitted_generation submit_generation(served_lm& s, generation_request r);
+
+// Runs a submitted request on `s`'s generator to its end: `on_text` gets an empty piece first,
+// then each piece of new text (never part of a UTF-8 character; the text of a stop string and
+// what could still become one held back), and returns false when its client is gone, which
+// cancels the sequence. Counts the request's tokens and latencies from `start`.
+asio::awaitable<generation_result> generate(served_lm& s,
+                                            submitted_generation g,
+                                            std::chrono::steady_clock::time_point start,
+                                            const generation_sink& on_text);
+// submit_generation, then generate (throws as submit_generation).
 asio::awaitable<generation_result> generate(served_lm& s,
                                             generation_request r,
                                             std::chrono::steady_clock::time_point start,

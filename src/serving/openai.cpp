@@ -11,6 +11,15 @@
 #include "serving/handler_state.hpp"
 #include "serving/openai_logprobs.hpp"
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/channel.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -334,28 +343,48 @@ handler_state::openai_generate(const handler::request& req,
     co_return openai_error(req, e.status, e.what(), e.param);
   }
 
+  // Every choice is submitted before anything is answered: a refusal (a full queue) refuses the
+  // request whole, and the choices submitted before it are cancelled as they go. Choice i
+  // samples under seed + i, so the choices differ and a seed still gives the same answer.
+  const std::size_t choices = r.choices;
+  const std::size_t prompt_tokens = r.prompt.size();
+  const bool logprobs = r.params.logprobs.has_value();
+  std::vector<submitted_generation> submitted;
+  try {
+    for (std::size_t i = 0; i < choices; ++i) {
+      generation_request one = i + 1 < choices ? r : std::move(r);
+      if (one.params.seed) {
+        *one.params.seed += i;
+      }
+      submitted.push_back(submit_generation(s, std::move(one)));
+    }
+  } catch (const lm_request_error& e) {
+    co_return openai_error(req, e.status, e.what(), e.param);
+  }
+
   const std::string id = completion_id(chat ? "chatcmpl-" : "cmpl-");
   const std::int64_t created = unix_seconds();
   const std::string_view object = chat ? "chat.completion.chunk" : "text_completion";
-  const std::size_t prompt_tokens = r.prompt.size();
-  const bool logprobs = r.params.logprobs.has_value();
   const lm::tokenizer& tokenizer = s.lm->model.tokenizer();
-  std::size_t text_offset = 0;  // the completion's characters begun so far (completion_logprobs)
-  // The choice's `logprobs` for `tokens`: null when the request asks for none.
-  const auto logprobs_of = [&](std::span<const generated_token> tokens) -> json::value {
+  // Each choice's characters begun so far (completion_logprobs's text_offset).
+  std::vector<std::size_t> text_offsets(choices, 0);
+  // Choice i's `logprobs` for `tokens`: null when the request asks for none.
+  const auto logprobs_of = [&](std::size_t i,
+                               std::span<const generated_token> tokens) -> json::value {
     if (!logprobs) {
       return nullptr;
     }
     if (chat) {
       return chat_logprobs(tokenizer, tokens);
     }
-    return completion_logprobs(tokenizer, tokens, text_offset);
+    return completion_logprobs(tokenizer, tokens, text_offsets[i]);
   };
-  // One streamed chunk: a piece of text (or the role's opening delta, or the last, empty one)
-  // and the tokens that came with it.
-  const auto chunk = [&](std::string_view text, std::span<const generated_token> tokens,
-                         const json::value& finish, bool role = false) {
-    json::object choice{{"index", 0}};
+  // One streamed chunk of choice i: a piece of text (or the role's opening delta, or the last,
+  // empty one) and the tokens that came with it.
+  const auto chunk = [&](std::size_t i, std::string_view text,
+                         std::span<const generated_token> tokens, const json::value& finish,
+                         bool role = false) {
+    json::object choice{{"index", i}};
     if (chat) {
       json::object delta;
       if (role) {
@@ -369,7 +398,7 @@ handler_state::openai_generate(const handler::request& req,
       choice["text"] = text;
     }
     // A chunk without tokens has none to list (the role's, the last).
-    choice["logprobs"] = tokens.empty() ? json::value(nullptr) : logprobs_of(tokens);
+    choice["logprobs"] = tokens.empty() ? json::value(nullptr) : logprobs_of(i, tokens);
     choice["finish_reason"] = finish;
     return event(json::object{{"id", id},
                               {"object", object},
@@ -377,59 +406,121 @@ handler_state::openai_generate(const handler::request& req,
                               {"model", s.lm->name},
                               {"choices", json::array{std::move(choice)}}});
   };
-  bool begun = false;
-  const auto begin = [&]() -> asio::awaitable<bool> {
-    if (begun) {
-      co_return true;
-    }
-    begun = true;
+  if (stream) {
+    // The head, and a chat's role for every choice.
     auto head = reply(req, http::status::ok, {}, "text/event-stream");
     head.set(http::field::cache_control, "no-cache");
-    // No co_await behind `&&` or `||`: GCC 12 evaluates it whatever the left side gives.
     if (!co_await out.begin(std::move(head))) {
-      co_return false;
+      co_return std::nullopt;
     }
-    if (chat) {
-      co_return co_await out.write(chunk({}, {}, nullptr, true));
+    for (std::size_t i = 0; chat && i < choices; ++i) {
+      // The events are made before each co_await: GCC 12 cannot keep an initializer list's
+      // array across one.
+      const std::string role = chunk(i, {}, {}, nullptr, true);
+      if (!co_await out.write(role)) {
+        co_return std::nullopt;
+      }
     }
-    co_return true;
-  };
-  const auto on_text = [&](std::string_view text,
-                           std::span<const generated_token> tokens) -> asio::awaitable<bool> {
-    if (!stream) {
-      co_return true;
-    }
-    if (!co_await begin()) {
-      co_return false;
-    }
-    if (text.empty()) {
-      co_return true;  // submitted: the head (and a chat's role) only
-    }
-    co_return co_await out.write(chunk(text, tokens, nullptr));
-  };
-
-  generation_result g;
-  try {
-    g = co_await generate(s, std::move(r), start, on_text);
-  } catch (const lm_request_error& e) {
-    co_return openai_error(req, e.status, e.what(), e.param);
   }
-  if (g.reason == lm::finish_reason::cancelled) {
+
+  // The choices run at once, each a coroutine on this connection's strand. Streamed, their
+  // events meet in one channel without room, read by one writer: a choice waits until its event
+  // is written (so a client that stops reading pauses every choice), and a write that fails
+  // closes the channel, which ends every choice's next send and so cancels its sequence. The
+  // last choice to end closes it too, which ends the writer.
+  const auto executor = co_await asio::this_coro::executor;
+  using event_channel = asio::experimental::channel<void(boost::system::error_code, std::string)>;
+  event_channel events(executor, 0);
+  std::size_t running = choices;
+  const auto send = [&](std::string e) -> asio::awaitable<bool> {
+    auto [ec] = co_await events.async_send(boost::system::error_code{}, std::move(e),
+                                           asio::as_tuple(asio::use_awaitable));
+    co_return !ec;
+  };
+  std::vector<generation_result> results(choices);
+  const auto run_choice = [&](std::size_t i) -> asio::awaitable<void> {
+    struct ended {
+      std::size_t& running;
+      event_channel& channel;
+      ~ended() {
+        if (--running == 0) {
+          channel.close();
+        }
+      }
+    } const leaving{running, events};
+    const auto on_text = [&, i](std::string_view text,
+                                std::span<const generated_token> tokens) -> asio::awaitable<bool> {
+      if (!stream || text.empty()) {
+        co_return true;  // a whole answer, or submitted
+      }
+      co_return co_await send(chunk(i, text, tokens, nullptr));
+    };
+    generation_result& g = results[i];
+    g = co_await generate(s, std::move(submitted[i]), start, on_text);
+    if (stream && g.reason != lm::finish_reason::cancelled) {
+      // The status is sent already: a failure is an event. The last chunk lists the tokens no
+      // piece of text carried (a stop string's, held back).
+      const std::string failure = failure_message(g);
+      const auto unlisted = std::span<const generated_token>(g.logprobs).subspan(g.logprobs_given);
+      std::string last = failure.empty()
+                             ? chunk(i, {}, unlisted, json::value(finish_name(g.reason)))
+                             : event(json::object{{"error", failure_body(failure)}});
+      co_await send(std::move(last));
+    }
+  };
+  const auto write_events = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto [ec, e] = co_await events.async_receive(asio::as_tuple(asio::use_awaitable));
+      if (ec) {
+        co_return;  // every choice has ended
+      }
+      if (!co_await out.write(e)) {
+        events.close();  // the client is gone
+        co_return;
+      }
+    }
+  };
+  using spawned = decltype(asio::co_spawn(executor, run_choice(0), asio::deferred));
+  std::vector<spawned> tasks;
+  for (std::size_t i = 0; i < choices; ++i) {
+    tasks.push_back(asio::co_spawn(executor, run_choice(i), asio::deferred));
+  }
+  if (stream) {
+    tasks.push_back(asio::co_spawn(executor, write_events(), asio::deferred));
+  }
+  auto [order, errors] = co_await asio::experimental::make_parallel_group(std::move(tasks))
+                             .async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
+  for (const std::exception_ptr& e : errors) {
+    if (e) {
+      std::rethrow_exception(e);
+    }
+  }
+  if (std::ranges::any_of(results, [](const generation_result& g) {
+        return g.reason == lm::finish_reason::cancelled;
+      })) {
     co_return std::nullopt;  // the client is gone; nothing more is sent
   }
-  const std::string failure = failure_message(g);
+  std::size_t completion_tokens = 0;
+  for (const generation_result& g : results) {
+    completion_tokens += g.completion_tokens;
+  }
   if (!stream) {
-    if (!failure.empty()) {
-      co_return openai_error(req, 500, failure);
+    json::array listed;
+    for (std::size_t i = 0; i < choices; ++i) {
+      const generation_result& g = results[i];
+      if (const std::string failure = failure_message(g); !failure.empty()) {
+        co_return openai_error(req, 500, failure);
+      }
+      json::object choice{{"index", i}};
+      if (chat) {
+        choice["message"] = json::object{{"role", "assistant"}, {"content", g.text}};
+      } else {
+        choice["text"] = g.text;
+      }
+      choice["logprobs"] = logprobs_of(i, g.logprobs);
+      choice["finish_reason"] = finish_name(g.reason);
+      listed.emplace_back(std::move(choice));
     }
-    json::object choice{{"index", 0}};
-    if (chat) {
-      choice["message"] = json::object{{"role", "assistant"}, {"content", g.text}};
-    } else {
-      choice["text"] = g.text;
-    }
-    choice["logprobs"] = logprobs_of(g.logprobs);
-    choice["finish_reason"] = finish_name(g.reason);
     co_return reply(
         req, http::status::ok,
         json::serialize(json::object{{"id", id},
@@ -437,26 +528,17 @@ handler_state::openai_generate(const handler::request& req,
                                                      : std::string_view("text_completion")},
                                      {"created", created},
                                      {"model", s.lm->name},
-                                     {"choices", json::array{std::move(choice)}},
-                                     {"usage", usage(prompt_tokens, g.completion_tokens)}}));
+                                     {"choices", std::move(listed)},
+                                     {"usage", usage(prompt_tokens, completion_tokens)}}));
   }
-  if (!co_await begin()) {
-    co_return std::nullopt;
-  }
-  // The events are made before each co_await: GCC 12 cannot keep an initializer list's array
-  // across one.
-  // The last chunk lists the tokens no piece of text carried (a stop string's, held back).
-  const auto unlisted = std::span<const generated_token>(g.logprobs).subspan(g.logprobs_given);
-  std::string last = failure.empty() ? chunk({}, unlisted, json::value(finish_name(g.reason)))
-                                     : event(json::object{{"error", failure_body(failure)}});
-  co_await out.write(last);
   if (include_usage) {
-    last = event(json::object{{"id", id},
-                              {"object", object},
-                              {"created", created},
-                              {"model", s.lm->name},
-                              {"choices", json::array{}},
-                              {"usage", usage(prompt_tokens, g.completion_tokens)}});
+    const std::string last =
+        event(json::object{{"id", id},
+                           {"object", object},
+                           {"created", created},
+                           {"model", s.lm->name},
+                           {"choices", json::array{}},
+                           {"usage", usage(prompt_tokens, completion_tokens)}});
     co_await out.write(last);
   }
   co_await out.write("data: [DONE]\n\n");

@@ -163,6 +163,10 @@ def make_repository(root):
     config["max_position_embeddings"] = LONG
     (long / "config.json").write_text(json.dumps(config))
     (long / "cotensor.json").write_text(json.dumps({"max_running": 1, "max_waiting": 1}))
+    # `wide`: `long` with room for two running and two waiting, for the choices of one request.
+    wide = linked_model("llama-tiny", root / "wide", written=("config.json",))
+    (wide / "config.json").write_text(json.dumps(config))
+    (wide / "cotensor.json").write_text(json.dumps({"max_running": 2, "max_waiting": 2}))
     # `short`: gpt2-tiny served with a context of 40 of its 64 positions (cotensor.json).
     short = linked_model("gpt2-tiny", root / "short")
     (short / "cotensor.json").write_text(json.dumps({"context_length": SHORT}))
@@ -178,15 +182,15 @@ SHORT = 40
 DRAINED = 600
 
 
-def start_stream(server, model, max_tokens, receive_buffer=None):
-    """A streaming completion on a raw socket (its SO_RCVBUF `receive_buffer` when given), its
-    response head read: the socket."""
+def start_stream(server, model, max_tokens, receive_buffer=None, n=1):
+    """A streaming completion of `n` choices on a raw socket (its SO_RCVBUF `receive_buffer`
+    when given), its response head read: the socket."""
     s = socket.socket()
     if receive_buffer is not None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     s.connect((server.host, server.port))
     body = json.dumps({"model": model, "prompt": "a", "max_tokens": max_tokens, "stream": True,
-                       "ignore_eos": True, "temperature": 0}).encode()
+                       "ignore_eos": True, "temperature": 0, "n": n}).encode()
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
               b"application/json\r\nContent-Length: " + str(len(body)).encode() +
               b"\r\n\r\n" + body)
@@ -195,23 +199,23 @@ def start_stream(server, model, max_tokens, receive_buffer=None):
     return s
 
 
-def long_figures(server):
-    """The `long` model's aborted requests, running and waiting sequences, KV-cache usage and
-    generated tokens, from /metrics."""
+def long_figures(server, model="long"):
+    """The `long` model's (or `model`'s) aborted requests, running and waiting sequences,
+    KV-cache usage and generated tokens, from /metrics."""
     text = raw(server, "GET", "/metrics")[2].decode()
-    return [metric(text, name, {"model": "long"}) for name in (
+    return [metric(text, name, {"model": model}) for name in (
         "cotensor_lm_request_aborted_total", "cotensor_lm_num_requests_running",
         "cotensor_lm_num_requests_waiting", "cotensor_lm_kv_cache_usage_perc",
         "cotensor_lm_generation_tokens_total")]
 
 
-def wait_aborted(server, aborted, timeout):
-    """Waits until `long` has aborted one more request than `aborted` and holds no sequence and
-    no KV block; the generated tokens total then."""
+def wait_aborted(server, aborted, timeout, model="long", more=1):
+    """Waits until `long` (or `model`) has aborted `more` requests more than `aborted` and holds
+    no sequence and no KV block; the generated tokens total then."""
     deadline = time.time() + timeout
     while True:
-        done, running, waiting, usage, tokens = long_figures(server)
-        if done == aborted + 1 and running == 0 and waiting == 0 and usage == 0:
+        done, running, waiting, usage, tokens = long_figures(server, model)
+        if done == aborted + more and running == 0 and waiting == 0 and usage == 0:
             return tokens
         assert time.time() < deadline, (done, running, waiting, usage, tokens)
         time.sleep(0.05)
@@ -254,7 +258,7 @@ def run_cases(server):
     @case("GET /v1/models lists the language models")
     def _():
         ids = sorted(m.id for m in client.models.list().data)
-        assert ids == ["gpt2", "llama", "long", "qwen", "short"], ids
+        assert ids == ["gpt2", "llama", "long", "qwen", "short", "wide"], ids
 
     @case("cotensor.json's context_length: the served context, in /v1/models and the errors")
     def _():
@@ -413,6 +417,62 @@ def run_cases(server):
             assert text == r.choices[0].message.content, (text, r.choices[0].message.content)
             assert chunks[-1].choices[0].finish_reason == r.choices[0].finish_reason
 
+    @case("n choices: each its own sample under seed + i, whole and streamed alike, usage summed")
+    def _():
+        kw = dict(model="gpt2", prompt="Once upon", max_tokens=10, temperature=1.5, seed=11,
+                  extra_body={"ignore_eos": True})
+        r = client.completions.create(**kw, n=3, logprobs=2)
+        assert [c.index for c in r.choices] == [0, 1, 2], r.choices
+        texts = [c.text for c in r.choices]
+        assert len(set(texts)) == 3, texts
+        # Choice i is the one-choice answer under seed + i; the prompt counts once.
+        for i, c in enumerate(r.choices):
+            one = client.completions.create(**dict(kw, seed=11 + i), logprobs=2)
+            assert r.usage.prompt_tokens == one.usage.prompt_tokens, (r.usage, one.usage)
+            assert r.usage.completion_tokens == 3 * one.usage.completion_tokens == 30, r.usage
+            alone = one.choices[0]
+            assert c.text == alone.text, (i, c.text, alone.text)
+            assert c.logprobs.tokens == alone.logprobs.tokens, i
+            assert c.logprobs.text_offset == alone.logprobs.text_offset, i
+            assert c.finish_reason == "length"
+        # Streamed: every choice's chunks, interleaved, join to its text; one finish each.
+        chunks = list(client.completions.create(**kw, n=3, stream=True,
+                                                stream_options={"include_usage": True}))
+        joined = {i: "" for i in range(3)}
+        finishes = {i: [] for i in range(3)}
+        for ch in chunks[:-1]:
+            (c,) = ch.choices
+            joined[c.index] += c.text
+            if c.finish_reason:
+                finishes[c.index].append(c.finish_reason)
+        assert [joined[i] for i in range(3)] == texts, (joined, texts)
+        assert all(f == ["length"] for f in finishes.values()), finishes
+        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 30, chunks[-1]
+        # Chat: a role for every choice, then each choice's content; greedy choices agree.
+        msgs = [{"role": "user", "content": "hi"}]
+        chat = dict(model="qwen", messages=msgs, max_tokens=4, extra_body={"ignore_eos": True})
+        greedy_r = client.chat.completions.create(**chat, temperature=0, n=2)
+        contents = [c.message.content for c in greedy_r.choices]
+        assert len(contents) == 2 and contents[0] == contents[1], contents
+        streamed = list(client.chat.completions.create(**chat, temperature=0, n=2, stream=True))
+        roles = [ch.choices[0].index for ch in streamed if ch.choices[0].delta.role]
+        assert roles == [0, 1], roles
+        for i in range(2):
+            text = "".join(ch.choices[0].delta.content or "" for ch in streamed
+                           if ch.choices[0].index == i)
+            assert text == contents[i], (i, text, contents[i])
+        # More choices than `long` holds running and waiting (1 and 1; none can end between
+        # the submissions): refused whole, with none left behind, and the model serves on.
+        body = {"model": "long", "prompt": "a", "max_tokens": 200, "ignore_eos": True}
+        status, headers, data = raw(server, "POST", "/v1/completions", {**body, "n": 3})
+        assert status == 503 and headers["Retry-After"] == "1", (status, data)
+        deadline = time.time() + 30
+        while long_figures(server)[1:4] != [0, 0, 0]:
+            assert time.time() < deadline, long_figures(server)
+            time.sleep(0.05)
+        status, _, data = raw(server, "POST", "/v1/completions", {**body, "n": 1})
+        assert status == 200 and len(json.loads(data)["choices"]) == 1, (status, data)
+
     @case("logprobs on /v1/completions: transformers' log-softmax, whole and streamed alike")
     def _():
         prompt, want = greedy["ids_1"], greedy["greedy_1"]
@@ -517,7 +577,8 @@ def run_cases(server):
             ({"model": "gpt2", "prompt": "x", "top_k": -2}, 400, "top_k"),
             ({"model": "gpt2", "prompt": "x", "stop": 5}, 400, "stop"),
             ({"model": "gpt2", "prompt": "x", "n": 0}, 400, "n"),
-            ({"model": "gpt2", "prompt": "x", "n": 2}, 400, "n"),
+            ({"model": "gpt2", "prompt": "x", "n": 17}, 400, "n"),
+            ({"model": "gpt2", "prompt": "x", "n": 1.5}, 400, "n"),
             ({"model": "gpt2", "prompt": "x", "logprobs": 21}, 400, "logprobs"),
             ({"model": "gpt2", "prompt": "x", "logprobs": -1}, 400, "logprobs"),
             ({"model": "gpt2", "prompt": "x", "top_logprobs": 2}, 400, "top_logprobs"),
@@ -578,6 +639,9 @@ def run_cases(server):
         status, _, data = raw(server, "POST", "/v2/models/gpt2/generate",
                               {"text_input": "a", "parameters": {"logprobs": 2}})
         assert status == 400 and "logprobs" in json.loads(data)["error"], data
+        status, _, data = raw(server, "POST", "/v2/models/gpt2/generate",
+                              {"text_input": "a", "parameters": {"n": 2}})
+        assert status == 400 and "'n'" in json.loads(data)["error"], data
         with_openai = None
         try:
             client.completions.create(model="nope", prompt="x")
@@ -607,6 +671,13 @@ def run_cases(server):
         tokens = wait_aborted(server, aborted, 30)
         assert tokens < LONG - 8, tokens  # it stopped early
         assert raw(server, "GET", "/v1/models")[0] == 200
+        # Two choices of one stream: both cancelled (each counts as aborted).
+        aborted = long_figures(server, "wide")[0]
+        s = start_stream(server, "wide", LONG - 8, n=2)
+        s.recv(4096)
+        s.close()
+        tokens = wait_aborted(server, aborted, 30, "wide", 2)
+        assert tokens < 2 * (LONG - 8), tokens
 
     def overflow(running, waiting):
         results = []
