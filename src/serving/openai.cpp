@@ -424,18 +424,21 @@ handler_state::openai_generate(const handler::request& req,
   }
 
   // The choices run at once, each a coroutine on this connection's strand. Streamed, their
-  // events meet in one channel without room, read by one writer: a choice waits until its event
-  // is written (so a client that stops reading pauses every choice), and a write that fails
-  // closes the channel, which ends every choice's next send and so cancels its sequence. The
-  // last choice to end closes it too, which ends the writer.
+  // events meet in one channel without room, read by one writer: a choice's send waits until
+  // the writer takes its event, so a client that stops reading pauses every choice. After a
+  // failed write the writer takes and drops the events, and each send says the client is gone,
+  // which cancels that choice's sequence. The last choice to end closes the channel, which ends
+  // the writer (Asio 1.81's close does not complete a send that waits: nothing may close it
+  // while a choice runs).
   const auto executor = co_await asio::this_coro::executor;
   using event_channel = asio::experimental::channel<void(boost::system::error_code, std::string)>;
   event_channel events(executor, 0);
   std::size_t running = choices;
+  bool gone = false;  // a write failed
   const auto send = [&](std::string e) -> asio::awaitable<bool> {
     auto [ec] = co_await events.async_send(boost::system::error_code{}, std::move(e),
                                            asio::as_tuple(asio::use_awaitable));
-    co_return !ec;
+    co_return !ec && !gone;
   };
   std::vector<generation_result> results(choices);
   const auto run_choice = [&](std::size_t i) -> asio::awaitable<void> {
@@ -462,21 +465,40 @@ handler_state::openai_generate(const handler::request& req,
       // piece of text carried (a stop string's, held back).
       const std::string failure = failure_message(g);
       const auto unlisted = std::span<const generated_token>(g.logprobs).subspan(g.logprobs_given);
+      json::object failed{{"error", failure_body(failure)}};
+      if (choices > 1) {
+        failed["index"] = i;  // which choice failed
+      }
       std::string last = failure.empty()
                              ? chunk(i, {}, unlisted, json::value(finish_name(g.reason)))
-                             : event(json::object{{"error", failure_body(failure)}});
+                             : event(failed);
       co_await send(std::move(last));
     }
   };
   const auto write_events = [&]() -> asio::awaitable<void> {
+    // Leaving other than at the close (cancelled, or an exception), the writer lets the
+    // choices go: cancel completes the sends that wait, then close fails those to come.
+    struct let_go {
+      event_channel& channel;
+      bool closed = false;
+      ~let_go() {
+        if (!closed) {
+          channel.cancel();
+          channel.close();
+        }
+      }
+    } guard{events};
     for (;;) {
       auto [ec, e] = co_await events.async_receive(asio::as_tuple(asio::use_awaitable));
-      if (ec) {
-        co_return;  // every choice has ended
-      }
-      if (!co_await out.write(e)) {
-        events.close();  // the client is gone
+      if (ec == asio::experimental::error::channel_closed) {
+        guard.closed = true;  // every choice has ended
         co_return;
+      }
+      if (ec) {
+        co_return;
+      }
+      if (!gone && !co_await out.write(e)) {
+        gone = true;  // the client is gone: each choice hears so at its next send
       }
     }
   };
