@@ -188,6 +188,15 @@ TEST_SUITE("lm.blocks") {
         }
         CHECK(called > 150);
       }
+      // A temperature so small that its inverse leaves float's range: the likeliest, filtered
+      // or not (not NaN weights).
+      for (const sampling_params& p : {sampling_params{.temperature = 1e-39F},
+                                       sampling_params{.temperature = 1e-39F, .top_k = 5},
+                                       sampling_params{.temperature = 1e-39F, .top_p = 0.9F}}) {
+        for (const double u : {0.0, 0.5, 0.999}) {
+          CHECK(cotensor::lm::pick(logits, top, p, u) == order[0]);
+        }
+      }
       // The likeliest ids, in order, ties to the lower id.
       for (const int k : {0, 1, 2, 3, 20}) {
         const auto lp = cotensor::lm::logprobs_of(logits, order[5], k);

@@ -645,6 +645,108 @@ TEST_SUITE("lm.generate") {
     CHECK_FALSE(s.logprobs().has_value());
   }
 
+  TEST_CASE("prompt_logprobs: every prompt token's log-softmax after the first, whole and in "
+            "chunks, past the prefix cache; max_tokens 0 computes the prompt alone") {
+    const model m = model::load(data / "gpt2-tiny");
+    const auto prompt = m.tokenizer().encode("Hello, world! Hello, world! Hello, world! Hi");
+    REQUIRE(prompt.size() > 17);  // more than one block of 16
+    // The log-softmax of every row of the full forward pass, in double.
+    const auto rows = m.logits(prompt).to_vector<float>();
+    const std::size_t vocab = rows.size() / prompt.size();
+    const auto reference = [&](std::size_t at, std::int32_t id) {
+      const std::span<const float> row(rows.data() + at * vocab, vocab);
+      double largest = -INFINITY;
+      for (const float x : row) {
+        largest = std::max(largest, static_cast<double>(x));
+      }
+      double total = 0.0;
+      for (const float x : row) {
+        total += std::exp(static_cast<double>(x) - largest);
+      }
+      return static_cast<double>(row[static_cast<std::size_t>(id)]) - largest - std::log(total);
+    };
+    struct result {
+      std::vector<std::int32_t> tokens;
+      std::vector<cotensor::lm::token_logprobs> scored;
+      finish_reason reason;
+    };
+    const auto run = [&](generator& g, const sampling_params& p) {
+      auto s = g.submit(prompt, p);
+      result out;
+      asio::io_context io;
+      asio::co_spawn(
+          io,
+          [&]() -> asio::awaitable<void> {
+            while (auto id = co_await s.async_next(asio::use_awaitable)) {
+              out.tokens.push_back(*id);
+              if (out.tokens.size() == 1) {
+                out.scored = s.prompt_logprobs();
+              }
+            }
+            if (out.tokens.empty()) {
+              out.scored = s.prompt_logprobs();
+            }
+          },
+          asio::detached);
+      io.run();
+      out.reason = s.finish_reason();
+      return out;
+    };
+    const sampling_params scored{
+        .temperature = 0.0F, .max_tokens = 4, .ignore_eos = true, .prompt_logprobs = 3};
+    generator g(m);
+    const result whole = run(g, scored);
+    REQUIRE(whole.scored.size() == prompt.size() - 1);
+    for (std::size_t i = 0; i + 1 < prompt.size(); ++i) {
+      CAPTURE(i);
+      const auto& e = whole.scored[i];
+      CHECK(e.logprob == doctest::Approx(reference(i, prompt[i + 1])).epsilon(1e-4));
+      REQUIRE(e.top.size() == 3);
+      for (std::size_t k = 0; k < 3; ++k) {
+        CHECK(e.top[k].logprob == doctest::Approx(reference(i, e.top[k].id)).epsilon(1e-4));
+        if (k > 0) {
+          CHECK(e.top[k].logprob <= e.top[k - 1].logprob);
+        }
+      }
+    }
+    // The same tokens as without; the prompt again (its blocks published) is computed whole,
+    // not taken from the prefix cache, with the same figures; in chunks of 5 too.
+    auto plain = scored;
+    plain.prompt_logprobs.reset();
+    const result without = run(g, plain);
+    CHECK(without.tokens == whole.tokens);
+    CHECK(without.scored.empty());
+    const auto hits = g.stats().prefix_cache_hits;
+    const result again = run(g, scored);
+    CHECK(g.stats().prefix_cache_hits == hits);
+    generator chunked(m, {.prefill_chunk = 5});
+    const result in_chunks = run(chunked, scored);
+    for (const result* r : {&again, &in_chunks}) {
+      CHECK(r->tokens == whole.tokens);
+      REQUIRE(r->scored.size() == whole.scored.size());
+      for (std::size_t i = 0; i < whole.scored.size(); ++i) {
+        CHECK(r->scored[i].logprob == doctest::Approx(whole.scored[i].logprob).epsilon(1e-5));
+        CHECK(r->scored[i].top.size() == 3);
+      }
+    }
+    // max_tokens 0: the prompt alone, then the end (length), with every prompt token scored.
+    auto prompt_only = scored;
+    prompt_only.max_tokens = 0;
+    const result alone = run(g, prompt_only);
+    CHECK(alone.tokens.empty());
+    CHECK(alone.reason == finish_reason::length);
+    REQUIRE(alone.scored.size() == whole.scored.size());
+    CHECK(alone.scored.front().logprob == whole.scored.front().logprob);
+    // 0 gives each prompt token's own alone.
+    auto own = scored;
+    own.prompt_logprobs = 0;
+    const result own_only = run(g, own);
+    REQUIRE(own_only.scored.size() == whole.scored.size());
+    CHECK(own_only.scored.back().top.empty());
+    CHECK_THROWS_WITH(g.submit(prompt, {.prompt_logprobs = 21}),
+                      doctest::Contains("prompt_logprobs"));
+  }
+
   TEST_CASE("submit refuses what it cannot run, naming it") {
     const model m = model::load(data / "gpt2-tiny");
     generator g(m);
@@ -655,7 +757,7 @@ TEST_SUITE("lm.generate") {
     CHECK_THROWS_WITH(g.submit(ok, {.temperature = -1.0F}), doctest::Contains("temperature"));
     CHECK_THROWS_WITH(g.submit(ok, {.top_k = -1}), doctest::Contains("top_k"));
     CHECK_THROWS_WITH(g.submit(ok, {.top_p = 0.0F}), doctest::Contains("top_p"));
-    CHECK_THROWS_WITH(g.submit(ok, {.max_tokens = 0}), doctest::Contains("max_tokens"));
+    CHECK_THROWS_WITH(g.submit(ok, {.max_tokens = -1}), doctest::Contains("max_tokens"));
     CHECK_THROWS_WITH(g.submit(ok, {.stop = {""}}), doctest::Contains("stop"));
     CHECK_THROWS_WITH(g.submit(ok, {.logprobs = 21}), doctest::Contains("logprobs"));
     CHECK_THROWS_WITH(g.submit(ok, {.logprobs = -1}), doctest::Contains("logprobs"));

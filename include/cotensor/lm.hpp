@@ -257,7 +257,9 @@ struct sampling_params {
   /// seed, prompt and parameters give the same tokens whatever the batch and thread count. None:
   /// a seed from std::random_device.
   std::optional<std::uint64_t> seed{};
-  /// The most tokens to generate (at least 1); a sequence also ends at the generator's context.
+  /// The most tokens to generate; a sequence also ends at the generator's context. 0 computes
+  /// the prompt alone (for `prompt_logprobs`, or to fill the prefix cache) and ends with
+  /// `length`, delivering no token.
   int max_tokens = 16;
   /// Texts that end the sequence: the token whose text completes one is the last delivered
   /// (its text holds the stop text; a server trims it).
@@ -268,6 +270,12 @@ struct sampling_params {
   /// the `logprobs` most likely tokens, 0 to `max_logprobs` (vLLM's `logprobs`). None: not
   /// computed.
   std::optional<int> logprobs{};
+  /// Log-probabilities of the prompt's tokens after the first (`sequence::prompt_logprobs`),
+  /// each with those of the `prompt_logprobs` most likely tokens at its position, 0 to
+  /// `max_logprobs` (vLLM's `prompt_logprobs`). The prompt is then computed whole, the prefix
+  /// cache not searched for it (its blocks are still offered to other sequences), and each of
+  /// its tokens costs a pass over the vocabulary on the generator's thread. None: not computed.
+  std::optional<int> prompt_logprobs{};
 };
 
 /// A token and its log-probability.
@@ -276,10 +284,11 @@ struct token_logprob {
   float logprob = 0.0F;  ///< its log-probability
 };
 
-/// The log-probabilities that came with a token (`sampling_params::logprobs`): the log-softmax of
-/// the model's logits at that position, computed in double and rounded to float, before
-/// temperature, top-k and top-p (the distribution of the model, as vLLM's default
-/// `raw_logprobs`): what the model gives the token whichever way it was picked.
+/// The log-probabilities that came with a token (`sampling_params::logprobs` and
+/// `prompt_logprobs`): the log-softmax of the model's logits at that position, x − max −
+/// log Σ e^(x − max) with the exponentials in float (within 4 ulp) and the rest in double,
+/// rounded to float, before temperature, top-k and top-p (the distribution of the model, as
+/// vLLM's default `raw_logprobs`): what the model gives the token whichever way it was picked.
 struct token_logprobs {
   /// The token's own log-probability.
   float logprob = 0.0F;
@@ -400,6 +409,12 @@ public:
   /// parameters ask for them (`sampling_params::logprobs`); std::nullopt when they do not, before
   /// the first token and after the last. Thread safety: the reader's, as `async_next`.
   std::optional<token_logprobs> logprobs() const;
+  /// The log-probabilities of the prompt's tokens after the first, in order (entry i is token
+  /// i + 1's, given the tokens before it), when `sampling_params::prompt_logprobs` asks for
+  /// them: every one once `async_next` has given the first token or the end, those computed so
+  /// far before (a sequence that failed or was cancelled mid-prompt has part of them). Empty
+  /// when not asked. Thread safety: the reader's, as `async_next`.
+  std::vector<token_logprobs> prompt_logprobs() const;
   /// Why the sequence ended (`none` while it runs).
   lm::finish_reason finish_reason() const noexcept;
   /// Why a step failed, when `finish_reason()` is `error`; else null.

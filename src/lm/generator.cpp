@@ -68,6 +68,14 @@ std::optional<token_logprobs> sequence::logprobs() const {
   return state_->taken_logprobs;
 }
 
+std::vector<token_logprobs> sequence::prompt_logprobs() const {
+  if (!state_) {
+    return {};
+  }
+  const std::lock_guard lock(state_->mutex);
+  return state_->prompt_logprobs;
+}
+
 std::size_t sequence::prompt_size() const noexcept { return state_ ? state_->prompt_size : 0; }
 
 void sequence::start_next(const std::shared_ptr<state>& s, detail::waiter& w) {

@@ -119,10 +119,13 @@ auto likelier(std::span<const float> logits) {
   };
 }
 
-// The total of e^(x · scale − shift) over the logits, each in float on libmvec's exp (within
-// 4 ulp: cpu::unary_span) and summed in double in 8 lanes (a fixed order); each weight also into
-// `weights` when it is not null. A block at a time, so the row is read once.
-double exp_sum(std::span<const float> logits, float scale, float shift, float* weights = nullptr) {
+// The total of e^((x − top) · scale) over the logits (top their largest: each weight in
+// [0, 1]), the argument in double and rounded to float (a tiny temperature's scale, or its
+// product, past float's range gives -inf, so a weight of 0, not NaN), the exponential in float
+// on libmvec's exp (within 4 ulp: cpu::unary_span), summed in double in 8 lanes (a fixed
+// order); each weight also into `weights` when it is not null. A block at a time, so the row
+// is read once.
+double exp_sum(std::span<const float> logits, double top, double scale, float* weights = nullptr) {
   constexpr std::size_t block = 1024;
   float scratch[block];
   double lane[8] = {};
@@ -130,7 +133,7 @@ double exp_sum(std::span<const float> logits, float scale, float shift, float* w
     const std::size_t m = std::min(block, logits.size() - b);
     float* w = weights != nullptr ? weights + b : scratch;
     for (std::size_t j = 0; j < m; ++j) {
-      w[j] = logits[b + j] * scale - shift;
+      w[j] = static_cast<float>((static_cast<double>(logits[b + j]) - top) * scale);
     }
     detail::cpu::unary_span(detail::unary_op::exp, w, w, static_cast<std::int64_t>(m));
     for (std::size_t j = 0; j < m; ++j) {
@@ -204,11 +207,14 @@ void check_sampling(const sampling_params& p) {
   if (!(p.top_p > 0.0F && p.top_p <= 1.0F)) {
     refuse("top_p must be in (0, 1]");
   }
-  if (p.max_tokens < 1) {
-    refuse("max_tokens must be 1 or more");
+  if (p.max_tokens < 0) {
+    refuse("max_tokens must be 0 or more");
   }
-  if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > max_logprobs)) {
-    refuse("logprobs must be in [0, " + std::to_string(max_logprobs) + "]");
+  for (const auto& [asked, name] :
+       {std::pair{p.logprobs, "logprobs"}, std::pair{p.prompt_logprobs, "prompt_logprobs"}}) {
+    if (asked && (*asked < 0 || *asked > max_logprobs)) {
+      refuse(std::string(name) + " must be in [0, " + std::to_string(max_logprobs) + "]");
+    }
   }
   for (const std::string& s : p.stop) {
     if (s.empty()) {
@@ -241,10 +247,11 @@ std::int32_t sample(std::span<const float> logits,
 }
 
 std::int32_t pick(std::span<const float> logits, float top, const sampling_params& p, double u) {
-  const float scale = 1.0F / p.temperature;
-  const float shift = top * scale;  // the largest weight is e^0 = 1
+  const double scale = 1.0 / static_cast<double>(p.temperature);
   const std::size_t vocab = logits.size();
-  // The index into weights `w` where u · `total` falls, their sums taken in order.
+  // The index into weights `w` where u · `total` falls, their sums taken in order; the last
+  // weight above 0 should rounding leave their sum short of it (`total` may be summed in
+  // another order).
   const auto walk = [u](std::span<const float> w, double total) {
     const double target = u * total;
     double sum = 0.0;
@@ -254,7 +261,11 @@ std::int32_t pick(std::span<const float> logits, float top, const sampling_param
         return i;
       }
     }
-    return w.size() - 1;
+    std::size_t last = w.size() - 1;
+    while (last > 0 && !(w[last] > 0.0F)) {
+      --last;
+    }
+    return last;
   };
   // The shortest prefix of `order` (likeliest first) whose weight reaches top_p · `total`, and
   // that prefix's weight; all of it when rounding keeps the sum short.
@@ -273,7 +284,8 @@ std::int32_t pick(std::span<const float> logits, float top, const sampling_param
     const std::vector<std::int32_t> ids = likeliest(logits, static_cast<std::size_t>(p.top_k));
     std::vector<float> w(ids.size());
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      w[i] = logits[static_cast<std::size_t>(ids[i])] * scale - shift;
+      const auto x = static_cast<double>(logits[static_cast<std::size_t>(ids[i])]);
+      w[i] = static_cast<float>((x - static_cast<double>(top)) * scale);
     }
     detail::cpu::unary_span(detail::unary_op::exp, w.data(), w.data(),
                             static_cast<std::int64_t>(w.size()));
@@ -286,20 +298,23 @@ std::int32_t pick(std::span<const float> logits, float top, const sampling_param
   }
   // Every token: weights in id order, and their total.
   std::vector<float> w(vocab);
-  const double total = exp_sum(logits, scale, shift, w.data());
+  const double total = exp_sum(logits, static_cast<double>(top), scale, w.data());
   if (p.top_p >= 1.0F) {
     return static_cast<std::int32_t>(walk(w, total));
   }
-  // The nucleus is an upper set of the order (a weight grows with its logit), so it lies
-  // among the tokens of weight at least 2^-j for the first j whose tokens weigh top_p · total:
-  // the weights' mass by binary exponent says which j, and only those tokens are sorted, where
-  // a peaked distribution keeps a few hundred of a vocabulary's tens of thousands (a full sort
-  // took ~5 ms a token). Should rounding leave their sorted sum short, j grows by one.
+  // The nucleus is a prefix of the order, so it lies among the tokens of logit at least the
+  // least of those whose weight is at least 2^-j, for the first j whose tokens weigh top_p ·
+  // total: the weights' mass by binary exponent says which j, and only those tokens are sorted,
+  // where a peaked distribution keeps a few hundred of a vocabulary's tens of thousands (a full
+  // sort took ~5 ms a token). Chosen by logit, the candidates are a prefix of the order even
+  // where the exponential (within 4 ulp) is not monotone. Should rounding leave their sorted
+  // sum short, j grows by one.
   const double goal = static_cast<double>(p.top_p) * total;
   constexpr int exponents = 128;  // w in [2^-j, 2^(1-j)) for j < 127 (j = 0: w = 1), else below
   std::array<std::array<double, exponents>, 4> mass{};  // 4 copies: no chain of additions
   const auto exponent_of = [](float weight) {
-    return std::min(127 - static_cast<int>(std::bit_cast<std::uint32_t>(weight) >> 23), 127);
+    const auto biased = static_cast<int>((std::bit_cast<std::uint32_t>(weight) >> 23) & 0xFFU);
+    return std::clamp(127 - biased, 0, 127);
   };
   for (std::size_t i = 0; i < vocab; ++i) {
     mass[i % 4][static_cast<std::size_t>(exponent_of(w[i]))] += static_cast<double>(w[i]);
@@ -314,9 +329,15 @@ std::int32_t pick(std::span<const float> logits, float top, const sampling_param
   std::vector<std::int32_t> ids;
   std::vector<float> ordered;
   for (;; ++j) {
-    ids.clear();
+    float least = INFINITY;
     for (std::size_t i = 0; i < vocab; ++i) {
       if (exponent_of(w[i]) <= j) {
+        least = std::min(least, logits[i]);
+      }
+    }
+    ids.clear();
+    for (std::size_t i = 0; i < vocab; ++i) {
+      if (logits[i] >= least) {
         ids.push_back(static_cast<std::int32_t>(i));
       }
     }
@@ -333,8 +354,13 @@ std::int32_t pick(std::span<const float> logits, float top, const sampling_param
 }
 
 token_logprobs logprobs_of(std::span<const float> logits, std::int32_t id, int top) {
-  const float largest = scan(logits).top;
-  const double log_total = static_cast<double>(largest) + std::log(exp_sum(logits, 1.0F, largest));
+  const row_scan row = scan(logits);
+  if (!row.finite) {
+    refuse_non_finite();
+  }
+  const float largest = row.top;
+  const double log_total =
+      static_cast<double>(largest) + std::log(exp_sum(logits, static_cast<double>(largest), 1.0));
   const auto logprob = [&](std::int32_t i) {
     return static_cast<float>(static_cast<double>(logits[static_cast<std::size_t>(i)]) - log_total);
   };

@@ -38,7 +38,8 @@ std::int32_t sample(std::span<const float> logits,
 std::int32_t pick(std::span<const float> logits, float top, const sampling_params& p, double u);
 
 /// The log-probabilities of `id` and of the `top` most likely ids of `logits` (one row of the
-/// vocabulary, finite: `sample` checked it): x − max − log Σ e^(x − max), the exponentials in
+/// vocabulary; throws std::runtime_error, as `sample`, if a logit is NaN or +infinity):
+/// x − max − log Σ e^(x − max), the exponentials in
 /// float (libmvec's, within 4 ulp), their sum, the logarithm and the difference in double,
 /// rounded to float; the most likely first, the lower id first among equals.
 token_logprobs logprobs_of(std::span<const float> logits, std::int32_t id, int top);

@@ -49,6 +49,16 @@ struct part {
   bool sample;
 };
 
+// The rows of `p` whose logits score the prompt's next token (sampling_params::prompt_logprobs):
+// [begin, end) of the prompt's first prompt_size - 1, which `p` computes.
+std::pair<std::size_t, std::size_t> prompt_rows(const part& p) {
+  if (!p.s->params.prompt_logprobs) {
+    return {p.begin, p.begin};
+  }
+  const std::size_t end = std::min(p.begin + p.count, p.s->prompt_size - 1);
+  return {p.begin, std::max(p.begin, end)};
+}
+
 }  // namespace
 
 bool generator::state::step() {
@@ -108,8 +118,13 @@ bool generator::state::step() {
     sequence::state& s = *sp;
     const std::size_t left = s.tokens.size() - s.computed;
     if (left > 1 && budget > 0) {
-      const auto count = static_cast<std::size_t>(
-          std::min({static_cast<std::int64_t>(left), options.prefill_chunk, budget}));
+      // A prompt scored token by token brings a row of logits per token to this thread: at
+      // most 256 a step (Qwen2's 151,936 floats a row, 156 MB).
+      const std::int64_t chunk = s.params.prompt_logprobs
+                                     ? std::min<std::int64_t>(options.prefill_chunk, 256)
+                                     : options.prefill_chunk;
+      const auto count =
+          static_cast<std::size_t>(std::min({static_cast<std::int64_t>(left), chunk, budget}));
       parts.push_back({&s, s.computed, count, count == left});
       budget -= static_cast<std::int64_t>(count);
     }
@@ -138,12 +153,17 @@ bool generator::state::step() {
       context.push_back(at + 1);
       prompt_tokens += i < p.s->prompt_size ? 1 : 0;
     }
+    // The rows in order: a part's prompt rows, then its sampled row (its last).
+    const auto [first, end] = prompt_rows(p);
+    for (std::size_t i = first; i < end; ++i) {
+      logit_rows.push_back(static_cast<std::int64_t>(ids.size() - p.count + (i - p.begin)));
+    }
     if (p.sample) {
       logit_rows.push_back(static_cast<std::int64_t>(ids.size()) - 1);
     }
   }
-  const bool any_sample = !logit_rows.empty();
-  if (!any_sample) {
+  const bool any_rows = !logit_rows.empty();  // rows to sample or to score
+  if (!any_rows) {
     logit_rows.push_back(0);  // prompt chunks only: the step still needs one row of logits
   }
   const device d = net->where;
@@ -152,7 +172,8 @@ bool generator::state::step() {
   // are all the host reads: 16 rows of GPT-2's 50,257 logits took ~0.5 ms a step on this thread
   // as float32 (a copy of 3.2 MB, then a scan of each row). Else every row's logits.
   const bool greedy = std::ranges::all_of(parts, [](const part& p) {
-    return !p.sample || (is_greedy(p.s->params) && !p.s->params.logprobs);
+    const auto [first, end] = prompt_rows(p);
+    return first == end && (!p.sample || (is_greedy(p.s->params) && !p.s->params.logprobs));
   });
   std::vector<float> logits;
   std::vector<std::int64_t> firsts;
@@ -168,7 +189,7 @@ bool generator::state::step() {
             from_vector(std::move(tables), {static_cast<std::int64_t>(parts.size()), width}, d),
         .logit_rows = from_vector(logit_rows, {static_cast<std::int64_t>(logit_rows.size())}, d)};
     const tensor out = net->step(in, cache);
-    if (!any_sample) {
+    if (!any_rows) {
       out.wait();
     } else if (greedy) {
       // to_vector converts to float32 as astype does, with no op of its own. The largest
@@ -216,24 +237,52 @@ bool generator::state::step() {
                        std::span(s.tokens).subspan(s.published * block, block));
       }
     }
-    if (p.sample && any_sample) {
-      const std::size_t r = row++;
+    // The prompt's log-probabilities, a row for each of its tokens this part computed but the
+    // last: the next prompt token's.
+    const auto [first, end] = prompt_rows(p);
+    bool failed = false;
+    if (first < end && any_rows) {
+      std::vector<token_logprobs> scored;
       try {
-        if (greedy) {
-          picked.push_back({&s, pick_greedy(firsts[r], largest[r]), std::nullopt});
-        } else {
-          const std::span<const float> row_logits(logits.data() + r * vocab, vocab);
-          const std::int32_t id =
-              sample(row_logits, s.params, s.seed, static_cast<std::uint64_t>(s.generated));
-          std::optional<token_logprobs> logprobs;
-          if (s.params.logprobs) {
-            logprobs = logprobs_of(row_logits, id, *s.params.logprobs);
-          }
-          picked.push_back({&s, id, std::move(logprobs)});  // nothing picked if either threw
+        for (std::size_t i = first; i < end; ++i) {
+          const std::span<const float> row_logits(logits.data() + (row + i - first) * vocab, vocab);
+          scored.push_back(logprobs_of(row_logits, s.tokens[i + 1], *s.params.prompt_logprobs));
         }
+        const std::lock_guard lock(s.mutex);
+        s.prompt_logprobs.insert(s.prompt_logprobs.end(), std::make_move_iterator(scored.begin()),
+                                 std::make_move_iterator(scored.end()));
       } catch (...) {
         finish(s, finish_reason::error, std::current_exception());  // non-finite logits
+        failed = true;
       }
+      row += end - first;
+    }
+    if (!p.sample || !any_rows) {
+      continue;
+    }
+    const std::size_t r = row++;
+    if (failed) {
+      continue;
+    }
+    if (s.params.max_tokens == 0) {
+      finish(s, finish_reason::length);  // the prompt alone was asked for
+      continue;
+    }
+    try {
+      if (greedy) {
+        picked.push_back({&s, pick_greedy(firsts[r], largest[r]), std::nullopt});
+      } else {
+        const std::span<const float> row_logits(logits.data() + r * vocab, vocab);
+        const std::int32_t id =
+            sample(row_logits, s.params, s.seed, static_cast<std::uint64_t>(s.generated));
+        std::optional<token_logprobs> logprobs;
+        if (s.params.logprobs) {
+          logprobs = logprobs_of(row_logits, id, *s.params.logprobs);
+        }
+        picked.push_back({&s, id, std::move(logprobs)});  // nothing picked if either threw
+      }
+    } catch (...) {
+      finish(s, finish_reason::error, std::current_exception());  // non-finite logits
     }
   }
   {
@@ -349,8 +398,9 @@ bool generator::state::admit(sequence::state& s) {
   const std::int64_t bs = options.block_size;
   const std::int64_t need = blocks_for(s.limit, bs);
   std::vector<std::int64_t> found;
-  if (options.prefix_caching) {
+  if (options.prefix_caching && !s.params.prompt_logprobs) {
     // At least the prompt's last token is computed again: its logits start the generation.
+    // A prompt scored token by token is computed whole: every token's logits are needed.
     found = blocks.find(std::span(s.tokens).first(s.prompt_size - 1), bs);
   }
   std::int64_t idle = 0;
