@@ -79,6 +79,12 @@ std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::str
 void read_sampling(const json::object& o, generation_request& r, sampling_route route) {
   auto& p = r.params;
   const bool chat = route == sampling_route::chat;
+  if (const auto* v = field(o, "echo")) {
+    if (route != sampling_route::completions && boolean(*v, "echo")) {
+      refuse("echo", "is only supported on /v1/completions");
+    }
+    r.echo = boolean(*v, "echo");
+  }
   // Chat's max_completion_tokens, which OpenAI's chat API has in place of the deprecated
   // max_tokens, wins where both are given (as in vLLM).
   std::string_view max_name = chat ? "max_completion_tokens" : "max_tokens";
@@ -89,8 +95,9 @@ void read_sampling(const json::object& o, generation_request& r, sampling_route 
   }
   if (max_tokens != nullptr) {
     const std::int64_t n = integer(*max_tokens, max_name);
-    if (n < 1) {
-      refuse(max_name, "must be at least 1, not " + std::to_string(n));
+    if (n < (r.echo ? 0 : 1)) {
+      refuse(max_name, "must be at least " + std::string(r.echo ? "0" : "1 (0 with echo)") +
+                           ", not " + std::to_string(n));
     }
     p.max_tokens = static_cast<int>(std::min<std::int64_t>(n, std::numeric_limits<int>::max()));
     r.max_tokens_given = true;
@@ -178,6 +185,9 @@ void read_sampling(const json::object& o, generation_request& r, sampling_route 
   case sampling_route::completions:
     if (logprobs != nullptr && !(logprobs->is_bool() && !logprobs->get_bool())) {
       p.logprobs = count(*logprobs, "logprobs");
+      if (r.echo) {
+        p.prompt_logprobs = p.logprobs;  // the echoed prompt's are listed too
+      }
     }
     if (top != nullptr) {
       refuse("top_logprobs", "is a chat field: /v1/completions takes the count as 'logprobs'");
@@ -292,7 +302,8 @@ asio::awaitable<generation_result> generate(served_lm& s,
 asio::awaitable<generation_result> generate(served_lm& s,
                                             submitted_generation submitted,
                                             clock_type::time_point start,
-                                            const generation_sink& on_text) {
+                                            const generation_sink& on_text,
+                                            std::vector<lm::token_logprobs>* prompt_logprobs) {
   lm::sequence seq = std::move(submitted.seq);
   const std::vector<std::string>& stops = submitted.stops;
   s.counters.prompt_tokens += submitted.prompt_size;
@@ -356,8 +367,11 @@ asio::awaitable<generation_result> generate(served_lm& s,
     co_return co_await on_text(piece, tokens);
   };
 
-  for (;;) {
+  for (bool first = true;; first = false) {
     auto [ec, id] = co_await seq.async_next(asio::as_tuple(asio::use_awaitable));
+    if (first && prompt_logprobs != nullptr) {
+      *prompt_logprobs = seq.prompt_logprobs();  // the prompt is computed (or it never will be)
+    }
     if (ec) {
       // Cancelled: the client left (the wait's cancellation cancelled the sequence too).
       out.reason = ec == asio::error::operation_aborted ? lm::finish_reason::cancelled

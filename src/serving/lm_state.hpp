@@ -76,6 +76,7 @@ struct generation_request {
   lm::sampling_params params;
   bool max_tokens_given = false;  // else `params.max_tokens` is the route's default
   std::size_t choices = 1;        // OpenAI's `n`: completions of the one prompt
+  bool echo = false;              // /v1/completions' `echo`: the prompt before each choice's text
 };
 
 // The most choices (`n`) one OpenAI request may ask for.
@@ -97,7 +98,9 @@ enum class sampling_route : std::uint8_t {
 // Reads the sampling fields of `o` into `r.params`: `max_tokens` (and, for chat,
 // `max_completion_tokens`), `temperature`, `top_p`, `top_k` (-1 or 0: off), `seed`, `stop` (a
 // string or a list of strings), `ignore_eos`, `n` (1 to max_choices on the OpenAI routes, only 1
-// on the generate extension's), `logprobs` and `top_logprobs` as the route has them. Throws
+// on the generate extension's), `logprobs` and `top_logprobs` as the route has them, and
+// /v1/completions' `echo` (with `logprobs`, the prompt's too: `prompt_logprobs`; with it
+// `max_tokens` may be 0, the prompt alone). Throws
 // lm_request_error (400) naming the field for a wrong type or a value out of range.
 void read_sampling(const json::object& o, generation_request& r, sampling_route route);
 
@@ -143,11 +146,15 @@ submitted_generation submit_generation(served_lm& s, generation_request r);
 // Runs a submitted request on `s`'s generator to its end: `on_text` gets an empty piece first,
 // then each piece of new text (never part of a UTF-8 character; the text of a stop string and
 // what could still become one held back), and returns false when its client is gone, which
-// cancels the sequence. Counts the request's tokens and latencies from `start`.
-asio::awaitable<generation_result> generate(served_lm& s,
-                                            submitted_generation g,
-                                            std::chrono::steady_clock::time_point start,
-                                            const generation_sink& on_text);
+// cancels the sequence. `prompt_logprobs`, when not null, gets the sequence's
+// (`sequence::prompt_logprobs`) once the prompt is computed, before the first piece of text.
+// Counts the request's tokens and latencies from `start`.
+asio::awaitable<generation_result>
+generate(served_lm& s,
+         submitted_generation g,
+         std::chrono::steady_clock::time_point start,
+         const generation_sink& on_text,
+         std::vector<lm::token_logprobs>* prompt_logprobs = nullptr);
 // submit_generation, then generate (throws as submit_generation).
 asio::awaitable<generation_result> generate(served_lm& s,
                                             generation_request r,

@@ -173,9 +173,6 @@ void refuse_unsupported(const json::object& o) {
       refuse(penalty, "is not supported (only 0)");
     }
   }
-  if (given("echo") && o.at("echo") != false) {
-    refuse("echo", "is not supported");
-  }
   if (given("best_of") && o.at("best_of") != 1) {
     refuse("best_of", "is not supported (only 1)");
   }
@@ -342,6 +339,19 @@ handler_state::openai_generate(const handler::request& req,
   } catch (const lm_request_error& e) {
     co_return openai_error(req, e.status, e.what(), e.param);
   }
+  // The echoed prompt: its text as the request wrote it, or its ids' text.
+  const bool echo = r.echo;
+  std::string echo_text;
+  std::vector<std::int32_t> echo_ids;
+  if (echo) {
+    const json::value* p = o.if_contains("prompt");
+    if (p->is_array() && p->get_array().size() == 1 && p->get_array().front().is_string()) {
+      p = &p->get_array().front();
+    }
+    echo_text =
+        p->is_string() ? std::string(p->get_string()) : s.lm->model.tokenizer().decode(r.prompt);
+    echo_ids = r.prompt;
+  }
 
   // Every choice is submitted before anything is answered: a refusal (a full queue) refuses the
   // request whole, and the choices submitted before it are cancelled as they go. Choice i
@@ -379,11 +389,20 @@ handler_state::openai_generate(const handler::request& req,
     }
     return completion_logprobs(tokenizer, tokens, text_offsets[i]);
   };
+  // Choice i's `logprobs` for the echoed prompt, whose log-probabilities `scored` holds.
+  const auto echo_logprobs_of = [&](std::size_t i,
+                                    const std::vector<lm::token_logprobs>& scored) -> json::value {
+    if (!logprobs) {
+      return nullptr;
+    }
+    return prompt_logprobs(tokenizer, echo_ids, scored, text_offsets[i]);
+  };
   // One streamed chunk of choice i: a piece of text (or the role's opening delta, or the last,
-  // empty one) and the tokens that came with it.
+  // empty one, or the echoed prompt) and the tokens that came with it (or `listed`, the
+  // echoed prompt's).
   const auto chunk = [&](std::size_t i, std::string_view text,
                          std::span<const generated_token> tokens, const json::value& finish,
-                         bool role = false) {
+                         bool role = false, const json::value* listed = nullptr) {
     json::object choice{{"index", i}};
     if (chat) {
       json::object delta;
@@ -398,7 +417,9 @@ handler_state::openai_generate(const handler::request& req,
       choice["text"] = text;
     }
     // A chunk without tokens has none to list (the role's, the last).
-    choice["logprobs"] = tokens.empty() ? json::value(nullptr) : logprobs_of(i, tokens);
+    choice["logprobs"] = listed != nullptr ? *listed
+                         : tokens.empty()  ? json::value(nullptr)
+                                           : logprobs_of(i, tokens);
     choice["finish_reason"] = finish;
     return event(json::object{{"id", id},
                               {"object", object},
@@ -441,6 +462,7 @@ handler_state::openai_generate(const handler::request& req,
     co_return !ec && !gone;
   };
   std::vector<generation_result> results(choices);
+  std::vector<std::vector<lm::token_logprobs>> prompt_scores(choices);
   const auto run_choice = [&](std::size_t i) -> asio::awaitable<void> {
     struct ended {
       std::size_t& running;
@@ -451,15 +473,33 @@ handler_state::openai_generate(const handler::request& req,
         }
       }
     } const leaving{running, events};
+    // Streamed, the echoed prompt is the first chunk, sent once the prompt is computed (its
+    // log-probabilities known): with the first piece of text, or at the end.
+    bool echoed = !echo;
+    const auto echo_first = [&, i]() -> asio::awaitable<bool> {
+      if (echoed) {
+        co_return true;
+      }
+      echoed = true;
+      const json::value listed = echo_logprobs_of(i, prompt_scores[i]);
+      co_return co_await send(chunk(i, echo_text, {}, nullptr, false, &listed));
+    };
     const auto on_text = [&, i](std::string_view text,
                                 std::span<const generated_token> tokens) -> asio::awaitable<bool> {
       if (!stream || text.empty()) {
         co_return true;  // a whole answer, or submitted
       }
+      if (!co_await echo_first()) {
+        co_return false;
+      }
       co_return co_await send(chunk(i, text, tokens, nullptr));
     };
     generation_result& g = results[i];
-    g = co_await generate(s, std::move(submitted[i]), start, on_text);
+    g = co_await generate(s, std::move(submitted[i]), start, on_text,
+                          echo ? &prompt_scores[i] : nullptr);
+    if (stream && g.reason != lm::finish_reason::cancelled && !co_await echo_first()) {
+      co_return;  // the client is gone
+    }
     if (stream && g.reason != lm::finish_reason::cancelled) {
       // The status is sent already: a failure is an event. The last chunk lists the tokens no
       // piece of text carried (a stop string's, held back).
@@ -537,9 +577,15 @@ handler_state::openai_generate(const handler::request& req,
       if (chat) {
         choice["message"] = json::object{{"role", "assistant"}, {"content", g.text}};
       } else {
-        choice["text"] = g.text;
+        choice["text"] = echo_text + g.text;
       }
-      choice["logprobs"] = logprobs_of(i, g.logprobs);
+      json::value lp = echo ? echo_logprobs_of(i, prompt_scores[i]) : json::value(nullptr);
+      if (lp.is_object()) {
+        append_logprobs(lp.as_object(), logprobs_of(i, g.logprobs).as_object());
+      } else {
+        lp = logprobs_of(i, g.logprobs);
+      }
+      choice["logprobs"] = std::move(lp);
       choice["finish_reason"] = finish_name(g.reason);
       listed.emplace_back(std::move(choice));
     }

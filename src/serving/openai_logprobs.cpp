@@ -56,36 +56,82 @@ json::object chat_logprobs(const lm::tokenizer& t, std::span<const generated_tok
   return {{"content", std::move(content)}};
 }
 
-// `characters` counts a UTF-8 lead byte or ASCII each, of the bytes decode joins: a token's
-// offset is the character its first byte belongs to.
-json::object completion_logprobs(const lm::tokenizer& t,
-                                 std::span<const generated_token> tokens,
-                                 std::size_t& characters) {
+namespace {
+
+// /v1/completions' listing as it is made, a token at a time.
+struct completion_listing {
   json::array texts;
   json::array own;
   json::array top;
   json::array offsets;
-  for (const generated_token& g : tokens) {
-    std::string text = token_text(t, g.id);
-    json::object likeliest;
-    for (const lm::token_logprob& alt : g.logprobs.top) {
-      likeliest[token_text(t, alt.id)] = alt.logprob;
+
+  // `id` with its log-probabilities (null entries for none). `characters` counts a UTF-8 lead
+  // byte or ASCII each, of the bytes decode joins: a token's offset is the character its first
+  // byte belongs to.
+  void add(const lm::tokenizer& t,
+           std::int32_t id,
+           const lm::token_logprobs* logprobs,
+           std::size_t& characters) {
+    std::string text = token_text(t, id);
+    if (logprobs != nullptr) {
+      json::object likeliest;
+      for (const lm::token_logprob& alt : logprobs->top) {
+        likeliest[token_text(t, alt.id)] = alt.logprob;
+      }
+      likeliest[text] = logprobs->logprob;
+      own.emplace_back(logprobs->logprob);
+      top.emplace_back(std::move(likeliest));
+    } else {
+      own.emplace_back(nullptr);
+      top.emplace_back(nullptr);
     }
-    likeliest[text] = g.logprobs.logprob;
-    const std::string bytes = text_bytes(t, g.id);
+    const std::string bytes = text_bytes(t, id);
     // A token that begins inside a character (its first byte a continuation) is at it.
     const bool inside = !bytes.empty() && continuation(bytes.front()) && characters > 0;
     offsets.emplace_back(characters - (inside ? 1 : 0));
     characters += static_cast<std::size_t>(
         std::ranges::count_if(bytes, [](char c) { return !continuation(c); }));
     texts.emplace_back(std::move(text));
-    own.emplace_back(g.logprobs.logprob);
-    top.emplace_back(std::move(likeliest));
   }
-  return {{"tokens", std::move(texts)},
-          {"token_logprobs", std::move(own)},
-          {"top_logprobs", std::move(top)},
-          {"text_offset", std::move(offsets)}};
+
+  json::object done() {
+    return {{"tokens", std::move(texts)},
+            {"token_logprobs", std::move(own)},
+            {"top_logprobs", std::move(top)},
+            {"text_offset", std::move(offsets)}};
+  }
+};
+
+}  // namespace
+
+json::object completion_logprobs(const lm::tokenizer& t,
+                                 std::span<const generated_token> tokens,
+                                 std::size_t& characters) {
+  completion_listing out;
+  for (const generated_token& g : tokens) {
+    out.add(t, g.id, &g.logprobs, characters);
+  }
+  return out.done();
+}
+
+json::object prompt_logprobs(const lm::tokenizer& t,
+                             std::span<const std::int32_t> ids,
+                             std::span<const lm::token_logprobs> scored,
+                             std::size_t& characters) {
+  completion_listing out;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    out.add(t, ids[i], i > 0 && i - 1 < scored.size() ? &scored[i - 1] : nullptr, characters);
+  }
+  return out.done();
+}
+
+void append_logprobs(json::object& a, json::object b) {
+  for (auto& [key, entries] : b) {
+    json::array& to = a[key].as_array();
+    for (json::value& v : entries.as_array()) {
+      to.emplace_back(std::move(v));
+    }
+  }
 }
 
 }  // namespace cotensor::serving::detail

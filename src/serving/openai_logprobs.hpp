@@ -28,4 +28,16 @@ json::object completion_logprobs(const lm::tokenizer& t,
                                  std::span<const generated_token> tokens,
                                  std::size_t& characters);
 
+// The same listing for an echoed prompt (`echo`): `ids` with `scored`, the log-probabilities of
+// every id after the first (sequence::prompt_logprobs); the first id's `token_logprobs` and
+// `top_logprobs` entries are null, as in OpenAI's and vLLM's. `characters` as above (0 at the
+// prompt's start).
+json::object prompt_logprobs(const lm::tokenizer& t,
+                             std::span<const std::int32_t> ids,
+                             std::span<const lm::token_logprobs> scored,
+                             std::size_t& characters);
+
+// `b`'s entries after `a`'s, in each of the listing's arrays.
+void append_logprobs(json::object& a, json::object b);
+
 }  // namespace cotensor::serving::detail

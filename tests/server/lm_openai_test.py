@@ -473,6 +473,58 @@ def run_cases(server):
         status, _, data = raw(server, "POST", "/v1/completions", {**body, "n": 1})
         assert status == 200 and len(json.loads(data)["choices"]) == 1, (status, data)
 
+    @case("echo: the prompt before the text, its tokens' log-probabilities (max_tokens 0 too), "
+          "whole and streamed alike")
+    def _():
+        prompt, want = greedy["ids_1"], greedy["greedy_1"]
+        first = log_softmax(expected_logits("gpt2-tiny")["logits_1"])
+        # The generated tokens' log-probabilities, then the same ids as a prompt scored whole.
+        gen = client.completions.create(model="gpt2", prompt=prompt, max_tokens=len(want),
+                                        temperature=0, logprobs=2,
+                                        extra_body={"ignore_eos": True})
+        scored = client.completions.create(model="gpt2", prompt=prompt + want, max_tokens=0,
+                                           echo=True, logprobs=2)
+        c = scored.choices[0]
+        assert c.text == decode(DATA / "gpt2-tiny", prompt + want), c.text
+        assert c.finish_reason == "length" and scored.usage.completion_tokens == 0, scored
+        lp, n = c.logprobs, len(prompt)
+        assert len(lp.tokens) == len(lp.token_logprobs) == len(prompt + want), lp
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None, lp
+        assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset), lp.text_offset
+        assert abs(lp.token_logprobs[n] - first[want[0]]) < 1e-4, (lp.token_logprobs[n],
+                                                                   first[want[0]])
+        glp = gen.choices[0].logprobs
+        assert lp.tokens[n:] == glp.tokens, (lp.tokens, glp.tokens)
+        assert all(abs(a - b) < 1e-4 for a, b in zip(lp.token_logprobs[n:], glp.token_logprobs))
+        assert [set(t) for t in lp.top_logprobs[n:]] == [set(t) for t in glp.top_logprobs]
+        # A text prompt: echoed as written, then the completion; its listing the prompt's tokens
+        # and then the completion's, offsets counting on; streamed, the prompt comes first.
+        kw = dict(model="gpt2", prompt="Once upon a time", max_tokens=4, temperature=0,
+                  echo=True, logprobs=1, extra_body={"ignore_eos": True})
+        whole = client.completions.create(**kw).choices[0]
+        plain = client.completions.create(**dict(kw, echo=False)).choices[0]
+        assert whole.text == "Once upon a time" + plain.text, (whole.text, plain.text)
+        k = len(whole.logprobs.tokens) - len(plain.logprobs.tokens)
+        assert "".join(whole.logprobs.tokens[:k]) == "Once upon a time", whole.logprobs.tokens
+        assert whole.logprobs.tokens[k:] == plain.logprobs.tokens
+        assert [o - len("Once upon a time") for o in whole.logprobs.text_offset[k:]] == \
+            plain.logprobs.text_offset, (whole.logprobs.text_offset, plain.logprobs.text_offset)
+        chunks = list(client.completions.create(**kw, stream=True))
+        assert chunks[0].choices[0].text == "Once upon a time", chunks[0]
+        assert "".join(ch.choices[0].text for ch in chunks) == whole.text
+        listed = [ch.choices[0].logprobs for ch in chunks if ch.choices[0].logprobs]
+        assert sum((x.tokens for x in listed), []) == whole.logprobs.tokens
+        assert sum((x.text_offset for x in listed), []) == whole.logprobs.text_offset
+        # max_tokens 0 streamed: the prompt, then the end.
+        only = list(client.completions.create(**dict(kw, max_tokens=0), stream=True))
+        assert only[0].choices[0].text == "Once upon a time", only
+        assert only[-1].choices[0].finish_reason == "length", only[-1]
+        assert "".join(ch.choices[0].text for ch in only) == "Once upon a time", only
+        # Without logprobs: the text alone; n choices each echo it.
+        two = client.completions.create(**dict(kw, logprobs=None, n=2))
+        assert [ch.text for ch in two.choices] == [whole.text] * 2, two.choices
+        assert all(ch.logprobs is None for ch in two.choices)
+
     @case("logprobs on /v1/completions: transformers' log-softmax, whole and streamed alike")
     def _():
         prompt, want = greedy["ids_1"], greedy["greedy_1"]
@@ -589,7 +641,7 @@ def run_cases(server):
             ({"model": "gpt2", "prompt": ["a", "b"]}, 400, "prompt"),
             ({"model": "gpt2", "prompt": "word " * 80}, 400, "prompt"),
             ({"model": "gpt2", "prompt": "x", "max_tokens": 100}, 400, "max_tokens"),
-            ({"model": "gpt2", "prompt": "x", "echo": True}, 400, "echo"),
+            ({"model": "gpt2", "prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
             ({"model": "gpt2", "prompt": "x", "stream_options": {"include_usage": True}}, 400,
              "stream_options"),
             ({"model": "gpt2", "prompt": "x", "stop": ["s"] * 17}, 400, "stop"),
@@ -633,7 +685,8 @@ def run_cases(server):
         # Chat's logprobs: a flag, top_logprobs 0 to 20 with it; the generate extension has none.
         chat = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}]}
         for extra, param in (({"logprobs": 2}, "logprobs"), ({"top_logprobs": 2}, "top_logprobs"),
-                             ({"logprobs": True, "top_logprobs": 21}, "top_logprobs")):
+                             ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+                             ({"echo": True}, "echo")):
             status, _, data = raw(server, "POST", "/v1/chat/completions", {**chat, **extra})
             assert status == 400 and json.loads(data)["error"]["param"] == param, (extra, data)
         status, _, data = raw(server, "POST", "/v2/models/gpt2/generate",
