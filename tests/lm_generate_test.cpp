@@ -26,6 +26,7 @@
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -42,6 +43,25 @@ using cotensor::lm::sequence;
 
 const std::filesystem::path& data = cotensor::test::lm_data;
 using cotensor::test::ids_of;
+
+// The log-softmax of one row of logits, in double: what a token's log-probabilities are
+// checked against.
+std::vector<double> log_softmax_of(std::span<const float> row) {
+  double largest = -INFINITY;
+  for (const float x : row) {
+    largest = std::max(largest, static_cast<double>(x));
+  }
+  double total = 0.0;
+  for (const float x : row) {
+    total += std::exp(static_cast<double>(x) - largest);
+  }
+  std::vector<double> out;
+  out.reserve(row.size());
+  for (const float x : row) {
+    out.push_back(static_cast<double>(x) - largest - std::log(total));
+  }
+  return out;
+}
 
 // Every id of `seqs`, read by one coroutine each on one io_context, in order.
 std::vector<std::vector<std::int32_t>> read_all(std::vector<sequence>& seqs) {
@@ -259,13 +279,30 @@ TEST_SUITE("lm.generate") {
     CHECK(std::ranges::find(ids, eos) == ids.end());  // greedy never picks it here: sample until
     bool seen = false;
     for (std::uint64_t seed = 0; seed < 40 && !seen; ++seed) {
-      auto s = g.submit(prompt, {.temperature = 5.0F, .seed = seed, .max_tokens = 60});
+      auto s =
+          g.submit(prompt, {.temperature = 5.0F, .seed = seed, .max_tokens = 60, .logprobs = 2});
       const auto got = read_one(s);
       CHECK(std::ranges::find(got, eos) == got.end());
       seen = s.finish_reason() == finish_reason::stop;
       CHECK((seen || got.size() == 64 - prompt.size()));
+      // The id that ended it, with its log-probabilities: the log-softmax after the tokens.
+      const auto end = s.end_token();
+      REQUIRE(end.has_value() == seen);
+      if (seen) {
+        CHECK(end->id == eos);
+        REQUIRE(end->logprobs.has_value());
+        CHECK(end->logprobs->top.size() == 2);
+        std::vector<std::int32_t> all = prompt;
+        all.insert(all.end(), got.begin(), got.end());
+        const auto rows = m.logits(all).to_vector<float>();
+        const std::size_t vocab = rows.size() / all.size();
+        const double want =
+            log_softmax_of(std::span(rows).last(vocab))[static_cast<std::size_t>(eos)];
+        CHECK(end->logprobs->logprob == doctest::Approx(want).epsilon(1e-4));
+      }
     }
     CHECK(seen);
+    CHECK_FALSE(stopped.end_token().has_value());  // a stop text ended that one
   }
 
   TEST_CASE("cancelling a sequence gives its blocks back, a full cache makes others wait") {
@@ -553,20 +590,7 @@ TEST_SUITE("lm.generate") {
     const auto reference = [&](const std::vector<std::int32_t>& ids) {
       const auto row = m.logits(ids).to_vector<float>();
       const std::size_t vocab = row.size() / ids.size();
-      const std::vector<float> last(row.end() - static_cast<std::ptrdiff_t>(vocab), row.end());
-      double largest = -INFINITY;
-      for (const float x : last) {
-        largest = std::max(largest, static_cast<double>(x));
-      }
-      double total = 0.0;
-      for (const float x : last) {
-        total += std::exp(static_cast<double>(x) - largest);
-      }
-      std::vector<double> out;
-      for (const float x : last) {
-        out.push_back(static_cast<double>(x) - largest - std::log(total));
-      }
-      return out;
+      return log_softmax_of(std::span(row).last(vocab));
     };
     std::optional<cotensor::lm::token_logprobs> after;
     for (const float temperature : {0.0F, 1.5F}) {
@@ -654,16 +678,8 @@ TEST_SUITE("lm.generate") {
     const auto rows = m.logits(prompt).to_vector<float>();
     const std::size_t vocab = rows.size() / prompt.size();
     const auto reference = [&](std::size_t at, std::int32_t id) {
-      const std::span<const float> row(rows.data() + at * vocab, vocab);
-      double largest = -INFINITY;
-      for (const float x : row) {
-        largest = std::max(largest, static_cast<double>(x));
-      }
-      double total = 0.0;
-      for (const float x : row) {
-        total += std::exp(static_cast<double>(x) - largest);
-      }
-      return static_cast<double>(row[static_cast<std::size_t>(id)]) - largest - std::log(total);
+      return log_softmax_of(
+          std::span(rows).subspan(at * vocab, vocab))[static_cast<std::size_t>(id)];
     };
     struct result {
       std::vector<std::int32_t> tokens;

@@ -297,6 +297,14 @@ struct token_logprobs {
   std::vector<token_logprob> top;
 };
 
+/// The end-of-sequence id that ended a sequence (`sequence::end_token`), which `async_next` does
+/// not deliver.
+struct end_token {
+  std::int32_t id = 0;  ///< the id, one of the model's end-of-sequence ids
+  /// Its log-probabilities, when `sampling_params::logprobs` asks for them.
+  std::optional<token_logprobs> logprobs;
+};
+
 /// Why a sequence ended.
 enum class finish_reason : std::uint8_t {
   none,       ///< not finished
@@ -415,6 +423,11 @@ public:
   /// far before (a sequence that failed or was cancelled mid-prompt has part of them). Empty
   /// when not asked. Thread safety: the reader's, as `async_next`.
   std::vector<token_logprobs> prompt_logprobs() const;
+  /// The end-of-sequence id that ended the sequence (`finish_reason()` `stop` with no stop text),
+  /// with its log-probabilities when they were asked for: a listing of the model's choices
+  /// (vLLM's) ends with it. std::nullopt otherwise, and before the end. Thread safety: the
+  /// reader's, as `async_next`.
+  std::optional<lm::end_token> end_token() const;
   /// Why the sequence ended (`none` while it runs).
   lm::finish_reason finish_reason() const noexcept;
   /// Why a step failed, when `finish_reason()` is `error`; else null.

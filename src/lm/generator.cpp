@@ -76,6 +76,14 @@ std::vector<token_logprobs> sequence::prompt_logprobs() const {
   return state_->prompt_logprobs;
 }
 
+std::optional<lm::end_token> sequence::end_token() const {
+  if (!state_) {
+    return std::nullopt;
+  }
+  const std::lock_guard lock(state_->mutex);
+  return state_->ended_by;
+}
+
 std::size_t sequence::prompt_size() const noexcept { return state_ ? state_->prompt_size : 0; }
 
 void sequence::start_next(const std::shared_ptr<state>& s, detail::waiter& w) {

@@ -46,6 +46,7 @@ struct sequence::state {
   std::deque<token_logprobs> unread_logprobs;    // unread's, when params.logprobs asks for them
   std::optional<token_logprobs> taken_logprobs;  // those of the id async_next gave last
   std::vector<token_logprobs> prompt_logprobs;   // params.prompt_logprobs's, as computed
+  std::optional<lm::end_token> ended_by;         // the end-of-sequence id that ended it
   lm::finish_reason reason = finish_reason::none;
   std::exception_ptr error;
   detail::waiter* reader = nullptr;

@@ -114,19 +114,21 @@ bool generator::state::step() {
     }
   }
   rotation = n == 0 ? 0 : (rotation + 1) % n;
+  // Prompts scored token by token bring a row of logits per token to this thread: at most
+  // 256 rows a step, all such prompts together (Qwen2's 151,936 floats a row: 156 MB).
+  std::int64_t scoring_rows = 256;
   for (const auto& sp : running) {
     sequence::state& s = *sp;
     const std::size_t left = s.tokens.size() - s.computed;
-    if (left > 1 && budget > 0) {
-      // A prompt scored token by token brings a row of logits per token to this thread: at
-      // most 256 a step (Qwen2's 151,936 floats a row, 156 MB).
-      const std::int64_t chunk = s.params.prompt_logprobs
-                                     ? std::min<std::int64_t>(options.prefill_chunk, 256)
-                                     : options.prefill_chunk;
+    const bool scoring = s.params.prompt_logprobs.has_value();
+    if (left > 1 && budget > 0 && (!scoring || scoring_rows > 0)) {
+      const std::int64_t chunk =
+          scoring ? std::min(options.prefill_chunk, scoring_rows) : options.prefill_chunk;
       const auto count =
           static_cast<std::size_t>(std::min({static_cast<std::int64_t>(left), chunk, budget}));
       parts.push_back({&s, s.computed, count, count == left});
       budget -= static_cast<std::int64_t>(count);
+      scoring_rows -= scoring ? static_cast<std::int64_t>(count) : 0;
     }
   }
   if (parts.empty()) {
@@ -362,6 +364,12 @@ void generator::state::after_token(sequence::state& s,
   ++s.generated;
   const sampling_params& p = s.params;
   if (!p.ignore_eos && std::ranges::find(net->eos, id) != net->eos.end()) {
+    {
+      const std::lock_guard lock(s.mutex);
+      if (s.reason == finish_reason::none) {
+        s.ended_by = lm::end_token{.id = id, .logprobs = std::move(logprobs)};
+      }
+    }
     finish(s, finish_reason::stop);
     return;
   }

@@ -371,6 +371,11 @@ asio::awaitable<generation_result> generate(served_lm& s,
     auto [ec, id] = co_await seq.async_next(asio::as_tuple(asio::use_awaitable));
     if (first && prompt_logprobs != nullptr) {
       *prompt_logprobs = seq.prompt_logprobs();  // the prompt is computed (or it never will be)
+      if (!ec && !co_await on_text({}, {})) {    // which the client hears now
+        seq.cancel();
+        out.reason = lm::finish_reason::cancelled;
+        break;
+      }
     }
     if (ec) {
       // Cancelled: the client left (the wait's cancellation cancelled the sequence too).
@@ -380,6 +385,15 @@ asio::awaitable<generation_result> generate(served_lm& s,
       break;
     }
     if (!id) {
+      // An end-of-sequence id is not delivered, but counted (as vLLM counts it) and listed
+      // last, without text, when log-probabilities are asked for.
+      if (auto end = seq.end_token()) {
+        ++out.completion_tokens;
+        ++s.counters.generation_tokens;
+        if (end->logprobs) {
+          out.logprobs.push_back({end->id, std::move(*end->logprobs)});
+        }
+      }
       text += pieces.finish();
       out.reason = seq.finish_reason();
       if (!co_await send(true)) {

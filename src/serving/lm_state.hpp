@@ -147,8 +147,10 @@ submitted_generation submit_generation(served_lm& s, generation_request r);
 // then each piece of new text (never part of a UTF-8 character; the text of a stop string and
 // what could still become one held back), and returns false when its client is gone, which
 // cancels the sequence. `prompt_logprobs`, when not null, gets the sequence's
-// (`sequence::prompt_logprobs`) once the prompt is computed, before the first piece of text.
-// Counts the request's tokens and latencies from `start`.
+// (`sequence::prompt_logprobs`) once the prompt is computed, and `on_text` then a second empty
+// piece, before any text. The end-of-sequence id that ends a sequence counts as a completion
+// token and, with log-probabilities, is listed last. Counts the request's tokens and latencies
+// from `start`.
 asio::awaitable<generation_result>
 generate(served_lm& s,
          submitted_generation g,

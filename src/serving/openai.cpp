@@ -484,10 +484,16 @@ handler_state::openai_generate(const handler::request& req,
       const json::value listed = echo_logprobs_of(i, prompt_scores[i]);
       co_return co_await send(chunk(i, echo_text, {}, nullptr, false, &listed));
     };
+    bool submitted_heard = false;
     const auto on_text = [&, i](std::string_view text,
                                 std::span<const generated_token> tokens) -> asio::awaitable<bool> {
-      if (!stream || text.empty()) {
-        co_return true;  // a whole answer, or submitted
+      if (!stream) {
+        co_return true;  // a whole answer
+      }
+      if (text.empty()) {
+        // The first: submitted. The second (with echo): the prompt is computed.
+        const bool computed = std::exchange(submitted_heard, true);
+        co_return !computed || co_await echo_first();
       }
       if (!co_await echo_first()) {
         co_return false;
@@ -497,7 +503,8 @@ handler_state::openai_generate(const handler::request& req,
     generation_result& g = results[i];
     g = co_await generate(s, std::move(submitted[i]), start, on_text,
                           echo ? &prompt_scores[i] : nullptr);
-    if (stream && g.reason != lm::finish_reason::cancelled && !co_await echo_first()) {
+    if (stream && g.reason != lm::finish_reason::cancelled &&
+        g.reason != lm::finish_reason::error && !co_await echo_first()) {
       co_return;  // the client is gone
     }
     if (stream && g.reason != lm::finish_reason::cancelled) {

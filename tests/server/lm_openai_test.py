@@ -520,6 +520,25 @@ def run_cases(server):
         assert only[0].choices[0].text == "Once upon a time", only
         assert only[-1].choices[0].finish_reason == "length", only[-1]
         assert "".join(ch.choices[0].text for ch in only) == "Once upon a time", only
+        # The end-of-sequence id that stops a choice is listed last (its text empty in `text`)
+        # and counted, as vLLM lists and counts it: lm-evaluation-harness drops the listing's
+        # last token as the generated one.
+        for seed in range(60):
+            r = client.completions.create(model="gpt2", prompt="Once upon", max_tokens=40,
+                                          temperature=5, seed=seed, logprobs=1)
+            if r.choices[0].finish_reason == "stop":
+                break
+        c = r.choices[0]
+        assert c.finish_reason == "stop", c
+        assert c.logprobs.tokens[-1] == "<|endoftext|>" and c.logprobs.token_logprobs[-1] < 0, c
+        assert r.usage.completion_tokens == len(c.logprobs.tokens), (r.usage, c.logprobs)
+        assert "<|endoftext|>" not in c.text, c.text
+        streamed = list(client.completions.create(model="gpt2", prompt="Once upon", max_tokens=40,
+                                                  temperature=5, seed=seed, logprobs=1,
+                                                  stream=True))
+        tokens = sum((ch.choices[0].logprobs.tokens for ch in streamed
+                      if ch.choices[0].logprobs), [])
+        assert tokens == c.logprobs.tokens, (tokens, c.logprobs.tokens)
         # Without logprobs: the text alone; n choices each echo it.
         two = client.completions.create(**dict(kw, logprobs=None, n=2))
         assert [ch.text for ch in two.choices] == [whole.text] * 2, two.choices
