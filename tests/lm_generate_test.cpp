@@ -670,7 +670,7 @@ TEST_SUITE("lm.generate") {
   }
 
   TEST_CASE("prompt_logprobs: every prompt token's log-softmax after the first, whole and in "
-            "chunks, past the prefix cache; max_tokens 0 computes the prompt alone") {
+            "chunks, past the prefix cache, and max_tokens 0 computes the prompt alone") {
     const model m = model::load(data / "gpt2-tiny");
     const auto prompt = m.tokenizer().encode("Hello, world! Hello, world! Hello, world! Hi");
     REQUIRE(prompt.size() > 17);  // more than one block of 16
