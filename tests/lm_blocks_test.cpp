@@ -144,8 +144,8 @@ TEST_SUITE("lm.blocks") {
           w.resize(n);
           total = sum;
         }
-        if (p.top_k == 0 && p.top_p >= 1.0F) {
-          // Nothing filtered: ids in their own order.
+        if (p.top_k == 0) {
+          // No top-k: the kept ids walked in their own order.
           std::vector<std::pair<std::int32_t, double>> by_id;
           for (std::size_t i = 0; i < kept.size(); ++i) {
             by_id.emplace_back(kept[i], w[i]);

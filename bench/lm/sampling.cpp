@@ -1,8 +1,8 @@
 // Picking one token from a row of GPT-2's 50,257 logits on the generator's thread, as every
 // sampled row of a step does between two steps while the workers wait: greedy, temperature
 // alone, top-k, top-p (the nucleus) and both, and the log-probabilities of the token with its
-// 5 likeliest. The row is a normal's draw (sd 3, a peaked distribution as a model's logits);
-// prints the median microseconds of each, over 201 tokens.
+// 5 likeliest. The row is a normal's draw (sd 3, a peaked distribution as a model's logits;
+// top-p also over a flat one, sd 0.3); prints the median microseconds of each, over 201 tokens.
 //
 //   cotensor_bench_lm_sampling [--repeat N] [--quick]   (--quick: one run)
 
@@ -46,6 +46,16 @@ int main(int argc, char** argv) try {
   for (const auto& c : cases) {
     time(c.name, [&](std::uint64_t n) { return lm::sample(row, c.p, 7, n); });
   }
+  // A flat distribution (sd 0.3, as a model with random weights gives): top-p keeps most of
+  // the vocabulary.
+  std::vector<float> flat(row.size());
+  std::normal_distribution<float> narrow(0.0F, 0.3F);
+  for (float& x : flat) {
+    x = narrow(rng);
+  }
+  time("t08_topp095_flat", [&](std::uint64_t n) {
+    return lm::sample(flat, {.temperature = 0.8F, .top_p = 0.95F}, 7, n);
+  });
   time("logprobs5", [&](std::uint64_t n) {
     return lm::logprobs_of(row, static_cast<std::int32_t>(n), 5).top[0].id;
   });

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -88,6 +87,33 @@ row_scan scan(std::span<const float> logits) {
     r.top = x[i] > r.top ? x[i] : r.top;
   }
   return r;
+}
+
+// The least logit above -infinity (`top` when there is none below it), 16 at a time.
+float least_finite(std::span<const float> logits, float top) {
+  const std::size_t n = logits.size();
+  const float* x = logits.data();
+  const float4 none = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  const float4 start = {top, top, top, top};
+  float4 low[4] = {start, start, start, start};
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int u = 0; u < 4; ++u) {
+      const float4 v = load4(x + i + 4 * u);
+      const float4 finite = v > none ? v : start;
+      low[u] = finite < low[u] ? finite : low[u];
+    }
+  }
+  float out = top;
+  for (int u = 0; u < 4; ++u) {
+    for (int l = 0; l < 4; ++l) {
+      out = std::min(out, low[u][l]);
+    }
+  }
+  for (; i < n; ++i) {
+    out = x[i] > -INFINITY ? std::min(out, x[i]) : out;
+  }
+  return out;
 }
 
 // The lowest id whose logit equals `top` (a logit of the row, from scan): 16 compared at once
@@ -302,55 +328,49 @@ std::int32_t pick(std::span<const float> logits, float top, const sampling_param
   if (p.top_p >= 1.0F) {
     return static_cast<std::int32_t>(walk(w, total));
   }
-  // The nucleus is a prefix of the order, so it lies among the tokens of logit at least the
-  // least of those whose weight is at least 2^-j, for the first j whose tokens weigh top_p ·
-  // total: the weights' mass by binary exponent says which j, and only those tokens are sorted,
-  // where a peaked distribution keeps a few hundred of a vocabulary's tens of thousands (a full
-  // sort took ~5 ms a token). Chosen by logit, the candidates are a prefix of the order even
-  // where the exponential (within 4 ulp) is not monotone. Should rounding leave their sorted
-  // sum short, j grows by one.
+  // The nucleus: the shortest prefix of the order (likeliest first) that weighs top_p · total.
+  // The logits' range in bins (a bin holds an interval of logits, so equal logits share one
+  // and a higher bin holds only likelier tokens): the bins' weights from the top say which bin
+  // the nucleus ends in; every token of a higher bin is in it, and only the tokens of that bin
+  // are sorted, to find where it ends. Then the kept tokens are walked in id order. No sort of
+  // the vocabulary: a flat distribution's nucleus is most of it (a sort took ~5 ms a token).
   const double goal = static_cast<double>(p.top_p) * total;
-  constexpr int exponents = 128;  // w in [2^-j, 2^(1-j)) for j < 127 (j = 0: w = 1), else below
-  std::array<std::array<double, exponents>, 4> mass{};  // 4 copies: no chain of additions
-  const auto exponent_of = [](float weight) {
-    const auto biased = static_cast<int>((std::bit_cast<std::uint32_t>(weight) >> 23) & 0xFFU);
-    return std::clamp(127 - biased, 0, 127);
-  };
+  constexpr int bins = 1024;  // 8 KB of sums
+  const float low = least_finite(logits, top);
+  const float per_bin = top > low ? static_cast<float>(bins) / (top - low) : 0.0F;
+  std::vector<std::uint16_t> bin(vocab);
+  std::array<double, bins> mass{};
   for (std::size_t i = 0; i < vocab; ++i) {
-    mass[i % 4][static_cast<std::size_t>(exponent_of(w[i]))] += static_cast<double>(w[i]);
+    const float x = logits[i];
+    const int b = x > -INFINITY ? std::min(static_cast<int>((x - low) * per_bin), bins - 1) : 0;
+    bin[i] = static_cast<std::uint16_t>(b);
+    mass[static_cast<std::size_t>(b)] += static_cast<double>(w[i]);
   }
-  int j = 0;
-  for (double sum = 0.0; j < exponents - 1; ++j) {
-    sum += mass[0][j] + mass[1][j] + mass[2][j] + mass[3][j];
-    if (sum >= goal) {
+  int edge = bins - 1;  // the bin the nucleus ends in
+  double above = 0.0;   // the weight of the bins above it
+  for (; edge > 0 && above + mass[static_cast<std::size_t>(edge)] < goal; --edge) {
+    above += mass[static_cast<std::size_t>(edge)];
+  }
+  std::vector<std::int32_t> ids;
+  for (std::size_t i = 0; i < vocab; ++i) {
+    if (bin[i] == edge) {
+      ids.push_back(static_cast<std::int32_t>(i));
+    }
+  }
+  std::sort(ids.begin(), ids.end(), likelier(logits));
+  double kept_total = above;
+  for (const std::int32_t id : ids) {
+    kept_total += static_cast<double>(w[static_cast<std::size_t>(id)]);
+    bin[static_cast<std::size_t>(id)] = static_cast<std::uint16_t>(edge + 1);  // kept
+    if (kept_total >= goal) {
       break;
     }
   }
-  std::vector<std::int32_t> ids;
-  std::vector<float> ordered;
-  for (;; ++j) {
-    float least = INFINITY;
-    for (std::size_t i = 0; i < vocab; ++i) {
-      if (exponent_of(w[i]) <= j) {
-        least = std::min(least, logits[i]);
-      }
-    }
-    ids.clear();
-    for (std::size_t i = 0; i < vocab; ++i) {
-      if (logits[i] >= least) {
-        ids.push_back(static_cast<std::int32_t>(i));
-      }
-    }
-    std::sort(ids.begin(), ids.end(), likelier(logits));
-    ordered.resize(ids.size());
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      ordered[i] = w[static_cast<std::size_t>(ids[i])];
-    }
-    const auto [kept, kept_total] = nucleus(ordered, total);
-    if (kept < ids.size() || kept_total >= goal || j >= exponents - 1) {
-      return ids[walk(std::span(ordered).first(kept), kept_total)];
-    }
+  // The kept tokens (in a bin above the edge now) walked in id order.
+  for (std::size_t i = 0; i < vocab; ++i) {
+    w[i] = bin[i] > edge ? w[i] : 0.0F;
   }
+  return static_cast<std::int32_t>(walk(w, kept_total));
 }
 
 token_logprobs logprobs_of(std::span<const float> logits, std::int32_t id, int top) {
