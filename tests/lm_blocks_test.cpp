@@ -188,6 +188,15 @@ TEST_SUITE("lm.blocks") {
         }
         CHECK(called > 150);
       }
+      // Logits a denormal apart: top-p's bins stay finite; the nucleus (half of 100 equally
+      // likely tokens, the likeliest first) never reaches the least likely, id 9.
+      std::vector<float> close(100, 0.0F);
+      close[7] = 1e-45F;
+      close[9] = -1e-45F;
+      for (const double u : {0.0, 0.5, 0.999}) {
+        const auto id = cotensor::lm::pick(close, 1e-45F, {.temperature = 1.0F, .top_p = 0.5F}, u);
+        CHECK((id >= 0 && id <= 50 && id != 9));
+      }
       // A temperature so small that its inverse leaves float's range: the likeliest, filtered
       // or not (not NaN weights).
       for (const sampling_params& p : {sampling_params{.temperature = 1e-39F},

@@ -337,12 +337,17 @@ std::int32_t pick(std::span<const float> logits, float top, const sampling_param
   const double goal = static_cast<double>(p.top_p) * total;
   constexpr int bins = 1024;  // 8 KB of sums
   const float low = least_finite(logits, top);
-  const float per_bin = top > low ? static_cast<float>(bins) / (top - low) : 0.0F;
+  // In double: a range of denormals' width would make float's bins / (top - low) infinite.
+  const double per_bin =
+      top > low ? bins / (static_cast<double>(top) - static_cast<double>(low)) : 0.0;
   std::vector<std::uint16_t> bin(vocab);
   std::array<double, bins> mass{};
   for (std::size_t i = 0; i < vocab; ++i) {
     const float x = logits[i];
-    const int b = x > -INFINITY ? std::min(static_cast<int>((x - low) * per_bin), bins - 1) : 0;
+    const int b =
+        x > -INFINITY
+            ? std::min(static_cast<int>((static_cast<double>(x) - low) * per_bin), bins - 1)
+            : 0;
     bin[i] = static_cast<std::uint16_t>(b);
     mass[static_cast<std::size_t>(b)] += static_cast<double>(w[i]);
   }
