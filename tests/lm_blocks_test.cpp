@@ -95,12 +95,20 @@ TEST_SUITE("lm.blocks") {
     // 50,257 logits, peaked (a normal's tail, as a model's) and flat, with ties across the
     // likeliest: against a reference that sorts every id and weighs it in double.
     std::mt19937 rng(3);
-    for (const float spread : {3.0F, 0.3F}) {
+    // Flat with one far-off logit and a few -infinity (masked) ones, too: top-p's bins start
+    // where the weights are 0, not at the least logit.
+    for (const float spread : {3.0F, 0.3F, -0.3F}) {
       CAPTURE(spread);
-      std::normal_distribution<float> normal(0.0F, spread);
+      std::normal_distribution<float> normal(0.0F, std::abs(spread));
       std::vector<float> logits(50257);
       for (float& x : logits) {
         x = normal(rng);
+      }
+      if (spread < 0.0F) {
+        logits[123] = -1000.0F;
+        for (const std::size_t at : {std::size_t{5}, std::size_t{40000}, std::size_t{50256}}) {
+          logits[at] = -INFINITY;
+        }
       }
       std::vector<std::int32_t> order(logits.size());
       std::iota(order.begin(), order.end(), 0);
@@ -187,6 +195,14 @@ TEST_SUITE("lm.blocks") {
           }
         }
         CHECK(called > 150);
+      }
+      // Every logit equal (or -infinity), and a vocabulary of one: the first ids, in order.
+      std::vector<float> equal(40, 2.0F);
+      equal[3] = -INFINITY;
+      for (const double u : {0.0, 0.3, 0.999}) {
+        const auto id = cotensor::lm::pick(equal, 2.0F, {.temperature = 1.0F, .top_p = 0.1F}, u);
+        CHECK((id >= 0 && id <= 4 && id != 3));  // 4 of the 39 (0.1 of their weight)
+        CHECK(cotensor::lm::pick(std::vector<float>{0.5F}, 0.5F, {.top_p = 0.5F}, u) == 0);
       }
       // Logits a denormal apart: top-p's bins stay finite; the nucleus (half of 100 equally
       // likely tokens, the likeliest first) never reaches the least likely, id 9.

@@ -336,16 +336,23 @@ std::int32_t pick(std::span<const float> logits, float top, const sampling_param
   // the vocabulary: a flat distribution's nucleus is most of it (a sort took ~5 ms a token).
   const double goal = static_cast<double>(p.top_p) * total;
   constexpr int bins = 1024;  // 8 KB of sums
-  const float low = least_finite(logits, top);
+  // From the least logit, or from where the weights are 0 (e^-104 is below float's least
+  // denormal), so that one far-off logit does not widen every bin; a logit below goes to bin 0.
   // In double: a range of denormals' width would make float's bins / (top - low) infinite.
+  double low = least_finite(logits, top);
+  if (const double floor = static_cast<double>(top) - 104.0 / scale;
+      floor > low && floor < static_cast<double>(top)) {
+    low = floor;
+  }
+  // 0 only when every finite logit is the largest.
   const double per_bin =
-      top > low ? bins / (static_cast<double>(top) - static_cast<double>(low)) : 0.0;
+      static_cast<double>(top) > low ? bins / (static_cast<double>(top) - low) : 0.0;
   std::vector<std::uint16_t> bin(vocab);
   std::array<double, bins> mass{};
   for (std::size_t i = 0; i < vocab; ++i) {
     const float x = logits[i];
     const int b =
-        x > -INFINITY
+        static_cast<double>(x) > low
             ? std::min(static_cast<int>((static_cast<double>(x) - low) * per_bin), bins - 1)
             : 0;
     bin[i] = static_cast<std::uint16_t>(b);
@@ -362,7 +369,9 @@ std::int32_t pick(std::span<const float> logits, float top, const sampling_param
       ids.push_back(static_cast<std::int32_t>(i));
     }
   }
-  std::sort(ids.begin(), ids.end(), likelier(logits));
+  if (per_bin > 0.0) {  // else every logit is one (or -infinity, of weight 0): ids in order
+    std::sort(ids.begin(), ids.end(), likelier(logits));
+  }
   double kept_total = above;
   for (const std::int32_t id : ids) {
     kept_total += static_cast<double>(w[static_cast<std::size_t>(id)]);

@@ -31,10 +31,11 @@ std::int32_t sample(std::span<const float> logits,
                     std::uint64_t seed,
                     std::uint64_t n);
 
-/// The token a uniform `u` in [0, 1) picks from finite `logits` whose largest is `top`, under
-/// a temperature above 0: the weights e^(x/T − top/T) in float (libmvec's exp, within 4 ulp),
-/// kept by top-k, then by top-p over their total (in double), the kept ones walked to where
-/// u · their total falls: likeliest first after top-k, in id order without it.
+/// The token a uniform `u` in [0, 1) picks from `logits` (no NaN or +infinity; -infinity has
+/// weight 0) whose largest is `top`, under a temperature above 0: the weights e^(x/T − top/T)
+/// in float (libmvec's exp, within 4 ulp), kept by top-k, then by top-p over their total (in
+/// double), the kept ones walked to where u · their total falls: likeliest first when top-k
+/// (below the vocabulary's size) filters, in id order otherwise.
 std::int32_t pick(std::span<const float> logits, float top, const sampling_params& p, double u);
 
 /// The log-probabilities of `id` and of the `top` most likely ids of `logits` (one row of the
