@@ -1,0 +1,42 @@
+#pragma once
+
+// What the OpenAI routes (openai.cpp) read of a request beside its sampling fields
+// (read_sampling): the prompt of a completion, the chat's messages rendered with the model's
+// template, and the fields refused rather than ignored. Each throws lm_request_error (400)
+// naming the field.
+
+#include <cotensor/lm.hpp>
+
+#include "serving/lm_state.hpp"
+
+#include <boost/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cotensor::serving::detail {
+
+// The prompt of a completion request (`prompt`, null when absent): a string, a list of ids, or a
+// list of one of them, each id in the vocabulary. A text is refused before tokenizing when its
+// bytes must hold more tokens than `context`.
+std::vector<std::int32_t>
+completion_prompt(const json::value* p, const lm::model& m, std::int64_t context);
+
+// The chat's `messages` (null when absent), rendered with the model's template and tokenized
+// as `transformers`' apply_chat_template does (no special tokens added: the template writes
+// them). A model without a template, or messages it refuses, is a 400.
+std::vector<std::int32_t>
+chat_prompt(const json::value* m, const lm::model& model, std::int64_t context);
+
+// What a request may ask that is not served: refused with 400 naming the field, never ignored
+// (an answer computed without it would be silently wrong).
+void refuse_unsupported(const json::object& o);
+
+// The text an echoed completion begins with: the prompt as the request wrote it, or, for a
+// prompt of ids, their text (`ids`, as completion_prompt read them).
+std::string completion_prompt_text(const json::value* p,
+                                   const std::vector<std::int32_t>& ids,
+                                   const lm::tokenizer& t);
+
+}  // namespace cotensor::serving::detail
