@@ -153,6 +153,8 @@ handler_state::openai_generate(const handler::request& req,
     co_return openai_error(req, 503, "the server is shutting down");
   }
   generation_request r;
+  std::vector<std::vector<std::int32_t>> prompts;  // a completion's batch, or the chat's one
+  std::vector<generation_request> requests;        // one for each prompt
   bool stream = false;
   bool include_usage = false;
   try {
@@ -183,36 +185,66 @@ handler_state::openai_generate(const handler::request& req,
       }
     }
     refuse_unsupported(o);
-    r.prompt = co_await off_loop([&] {
+    // A request that can never be taken whole (its sequences past what the model holds running
+    // and waiting) is a 400, not a 503 to retry without end.
+    const auto& g = s.lm->options.generator;
+    const std::size_t capacity = g.max_running + g.max_waiting;
+    if (r.choices > capacity) {
+      throw lm_request_error(400,
+                             "'n' is " + std::to_string(r.choices) + ", past the " +
+                                 std::to_string(capacity) +
+                                 " sequences this model takes at once (max_running + "
+                                 "max_waiting)",
+                             "n");
+    }
+    prompts = co_await off_loop([&]() -> std::vector<std::vector<std::int32_t>> {
       const std::int64_t context = s.gen.context_length();
-      return chat ? chat_prompt(o.if_contains("messages"), s.lm->model, context)
-                  : completion_prompt(o.if_contains("prompt"), s.lm->model, context);
+      if (chat) {
+        return {chat_prompt(o.if_contains("messages"), s.lm->model, context)};
+      }
+      return completion_prompts(o.if_contains("prompt"), s.lm->model, context,
+                                capacity / r.choices);
     });
-    fit_context(s, r);
+    for (std::size_t p = 0; p < prompts.size(); ++p) {
+      generation_request one = r;
+      one.prompt = prompts[p];
+      try {
+        fit_context(s, one);
+      } catch (const lm_request_error& e) {
+        if (prompts.size() == 1) {
+          throw;
+        }
+        throw lm_request_error(e.status, "prompt " + std::to_string(p) + ": " + e.what(), e.param);
+      }
+      requests.push_back(std::move(one));
+    }
   } catch (const lm_request_error& e) {
     co_return openai_error(req, e.status, e.what(), e.param);
   }
-  // The echoed prompt.
+  // The echoed prompts.
   const bool echo = r.echo;
-  std::string echo_text;
-  std::vector<std::int32_t> echo_ids;
-  if (echo) {
-    echo_text = completion_prompt_text(o.if_contains("prompt"), r.prompt, s.lm->model.tokenizer());
-    echo_ids = r.prompt;
-  }
+  const std::vector<std::string> echo_texts =
+      echo ? completion_prompt_texts(o.if_contains("prompt"), prompts, s.lm->model.tokenizer())
+           : std::vector<std::string>{};
 
   // Every choice is submitted before anything is answered: a refusal (a full queue) refuses the
-  // request whole, and the choices submitted before it are cancelled as they go. Choice i
-  // samples under seed + i, so the choices differ and a seed still gives the same answer.
-  const std::size_t choices = r.choices;
-  const std::size_t prompt_tokens = r.prompt.size();
+  // request whole, and the choices submitted before it are cancelled as they go. Choice k is
+  // sample k % n of prompt k / n (OpenAI's order) and samples under seed + k % n, so a prompt's
+  // choices differ and a seed still gives the same answer.
+  const std::size_t n = r.choices;
+  const std::size_t choices = prompts.size() * n;
+  std::size_t prompt_tokens = 0;
+  for (const auto& p : prompts) {
+    prompt_tokens += p.size();
+  }
   const bool logprobs = r.params.logprobs.has_value();
   std::vector<submitted_generation> submitted;
   try {
-    for (std::size_t i = 0; i < choices; ++i) {
-      generation_request one = i + 1 < choices ? r : std::move(r);
+    for (std::size_t k = 0; k < choices; ++k) {
+      generation_request& of = requests[k / n];
+      generation_request one = k % n + 1 < n ? of : std::move(of);
       if (one.params.seed) {
-        *one.params.seed += i;
+        *one.params.seed += k % n;
       }
       submitted.push_back(submit_generation(s, std::move(one)));
     }
@@ -243,7 +275,7 @@ handler_state::openai_generate(const handler::request& req,
     if (!logprobs) {
       return nullptr;
     }
-    return prompt_logprobs(tokenizer, echo_ids, scored, text_offsets[i]);
+    return prompt_logprobs(tokenizer, prompts[i / n], scored, text_offsets[i]);
   };
   // One streamed chunk of choice i: a piece of text (or the role's opening delta, or the last,
   // empty one, or the echoed prompt) and the tokens that came with it (or `listed`, the
@@ -330,7 +362,7 @@ handler_state::openai_generate(const handler::request& req,
       }
       echoed = true;
       const json::value listed = echo_logprobs_of(i, prompt_scores[i]);
-      co_return co_await send(chunk(i, echo_text, {}, nullptr, false, &listed));
+      co_return co_await send(chunk(i, echo_texts[i / n], {}, nullptr, false, &listed));
     };
     bool submitted_heard = false;
     const auto on_text = [&, i](std::string_view text,
@@ -432,7 +464,7 @@ handler_state::openai_generate(const handler::request& req,
       if (chat) {
         choice["message"] = json::object{{"role", "assistant"}, {"content", g.text}};
       } else {
-        choice["text"] = echo_text + g.text;
+        choice["text"] = echo ? echo_texts[i / n] + g.text : g.text;
       }
       json::value lp = echo ? echo_logprobs_of(i, prompt_scores[i]) : json::value(nullptr);
       if (lp.is_object()) {

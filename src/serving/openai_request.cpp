@@ -22,20 +22,26 @@ void check_prompt_bytes(std::size_t bytes, std::int64_t context, std::string_vie
 
 }  // namespace
 
-// The prompt of a completion request: a string, a list of ids, or a list of one of them.
-std::vector<std::int32_t>
-completion_prompt(const json::value* p, const lm::model& m, std::int64_t context) {
+// The prompts of a completion request: a string, a list of ids, or a list of strings or of lists
+// of ids (a batch).
+std::vector<std::vector<std::int32_t>> completion_prompts(const json::value* p,
+                                                          const lm::model& m,
+                                                          std::int64_t context,
+                                                          std::size_t most) {
   const lm::tokenizer& t = m.tokenizer();
   const auto encode = [&](const json::string& text) {
     check_prompt_bytes(text.size(), context, "prompt");
     return t.encode(text);
   };
-  const auto ids = [&](const json::array& a) {
+  // `which`: the prompt's place in a batch, for the message ("" for a prompt alone).
+  const auto ids = [&](const json::array& a, const std::string& which) {
     std::vector<std::int32_t> out;
+    out.reserve(a.size());
     for (const auto& v : a) {
       if (!v.is_int64() || v.get_int64() < 0 ||
           v.get_int64() >= static_cast<std::int64_t>(t.vocab_size())) {
-        throw lm_request_error(400, "'prompt' holds an id that is not in the vocabulary", "prompt");
+        throw lm_request_error(
+            400, "'prompt'" + which + " holds an id that is not in the vocabulary", "prompt");
       }
       out.push_back(static_cast<std::int32_t>(v.get_int64()));
     }
@@ -45,27 +51,41 @@ completion_prompt(const json::value* p, const lm::model& m, std::int64_t context
     throw lm_request_error(400, "'prompt' is required", "prompt");
   }
   if (p->is_string()) {
-    return encode(p->get_string());
+    return {encode(p->get_string())};
   }
-  if (p->is_array() && !p->get_array().empty()) {
-    const auto& a = p->get_array();
-    if (a.front().is_number()) {
-      return ids(a);
-    }
-    if (a.size() == 1 && a.front().is_string()) {
-      return encode(a.front().get_string());
-    }
-    if (a.size() == 1 && a.front().is_array()) {
-      return ids(a.front().get_array());
-    }
-    if (a.size() > 1 && (a.front().is_string() || a.front().is_array())) {
+  const json::array* a = p->if_array();
+  if (a != nullptr && !a->empty() && a->front().is_number()) {
+    return {ids(*a, "")};
+  }
+  if (a != nullptr && !a->empty()) {
+    const bool texts = a->front().is_string();
+    if (a->size() > most) {
       throw lm_request_error(400,
-                             "'prompt' holds " + std::to_string(a.size()) +
-                                 " prompts; one prompt per request is served",
+                             "'prompt' holds " + std::to_string(a->size()) + " prompts, past the " +
+                                 std::to_string(most) +
+                                 " this model takes in one request (max_running + max_waiting "
+                                 "sequences, n for each prompt)",
                              "prompt");
     }
+    std::vector<std::vector<std::int32_t>> out;
+    out.reserve(a->size());
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      const json::value& v = (*a)[i];
+      if (texts && v.is_string()) {
+        out.push_back(encode(v.get_string()));
+      } else if (!texts && v.is_array()) {
+        out.push_back(ids(v.get_array(), "[" + std::to_string(i) + "]"));
+      } else {
+        break;
+      }
+    }
+    if (out.size() == a->size()) {
+      return out;
+    }
   }
-  throw lm_request_error(400, "'prompt' must be a string, a list of token ids, or a list of one",
+  throw lm_request_error(400,
+                         "'prompt' must be a string, a list of token ids, or a list of strings "
+                         "or of lists of token ids",
                          "prompt");
 }
 
@@ -157,14 +177,21 @@ void refuse_unsupported(const json::object& o) {
   }
 }
 
-std::string completion_prompt_text(const json::value* p,
-                                   const std::vector<std::int32_t>& ids,
-                                   const lm::tokenizer& t) {
-  if (p != nullptr && p->is_array() && p->get_array().size() == 1 &&
-      p->get_array().front().is_string()) {
-    p = &p->get_array().front();
+std::vector<std::string> completion_prompt_texts(const json::value* p,
+                                                 const std::vector<std::vector<std::int32_t>>& ids,
+                                                 const lm::tokenizer& t) {
+  std::vector<std::string> out;
+  out.reserve(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    // The prompt as written: a string alone, or the batch's i-th string.
+    const json::value* written = p;
+    if (p != nullptr && p->is_array() && i < p->get_array().size()) {
+      written = &p->get_array()[i];
+    }
+    out.push_back(written != nullptr && written->is_string() ? std::string(written->get_string())
+                                                             : t.decode(ids[i]));
   }
-  return p != nullptr && p->is_string() ? std::string(p->get_string()) : t.decode(ids);
+  return out;
 }
 
 }  // namespace cotensor::serving::detail

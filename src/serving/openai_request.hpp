@@ -17,11 +17,13 @@
 
 namespace cotensor::serving::detail {
 
-// The prompt of a completion request (`prompt`, null when absent): a string, a list of ids, or a
-// list of one of them, each id in the vocabulary. A text is refused before tokenizing when its
-// bytes must hold more tokens than `context`.
-std::vector<std::int32_t>
-completion_prompt(const json::value* p, const lm::model& m, std::int64_t context);
+// The prompts of a completion request (`prompt`, null when absent): a string, a list of ids, or
+// a batch, a list of strings or of lists of ids (at most `most`), each id in the vocabulary. A
+// text is refused before tokenizing when its bytes must hold more tokens than `context`.
+std::vector<std::vector<std::int32_t>> completion_prompts(const json::value* p,
+                                                          const lm::model& m,
+                                                          std::int64_t context,
+                                                          std::size_t most);
 
 // The chat's `messages` (null when absent), rendered with the model's template and tokenized
 // as `transformers`' apply_chat_template does (no special tokens added: the template writes
@@ -33,10 +35,10 @@ chat_prompt(const json::value* m, const lm::model& model, std::int64_t context);
 // (an answer computed without it would be silently wrong).
 void refuse_unsupported(const json::object& o);
 
-// The text an echoed completion begins with: the prompt as the request wrote it, or, for a
-// prompt of ids, their text (`ids`, as completion_prompt read them).
-std::string completion_prompt_text(const json::value* p,
-                                   const std::vector<std::int32_t>& ids,
-                                   const lm::tokenizer& t);
+// The texts echoed completions begin with, one for each prompt: the prompt as the request wrote
+// it, or, for a prompt of ids, their text (`ids`, as completion_prompts read them).
+std::vector<std::string> completion_prompt_texts(const json::value* p,
+                                                 const std::vector<std::vector<std::int32_t>>& ids,
+                                                 const lm::tokenizer& t);
 
 }  // namespace cotensor::serving::detail

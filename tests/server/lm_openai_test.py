@@ -461,17 +461,76 @@ def run_cases(server):
             text = "".join(ch.choices[0].delta.content or "" for ch in streamed
                            if ch.choices[0].index == i)
             assert text == contents[i], (i, text, contents[i])
-        # More choices than `long` holds running and waiting (1 and 1; none can end between
-        # the submissions): refused whole, with none left behind, and the model serves on.
+        # More choices than `long` holds running and waiting (1 and 1) can never be taken: 400.
         body = {"model": "long", "prompt": "a", "max_tokens": 200, "ignore_eos": True}
-        status, headers, data = raw(server, "POST", "/v1/completions", {**body, "n": 3})
-        assert status == 503 and headers["Retry-After"] == "1", (status, data)
+        status, _, data = raw(server, "POST", "/v1/completions", {**body, "n": 3})
+        err = json.loads(data)["error"]
+        assert status == 400 and err["param"] == "n" and "max_waiting" in err["message"], data
+        # Two choices while a stream holds `long`'s running place: the first waits, the second
+        # finds the queue full, and the request is refused whole (503), none left behind.
+        aborted = long_figures(server)[0]
+        s = start_stream(server, "long", LONG - 8)
         deadline = time.time() + 30
-        while long_figures(server)[1:4] != [0, 0, 0]:
+        while long_figures(server)[1:3] != [1, 0]:
             assert time.time() < deadline, long_figures(server)
             time.sleep(0.05)
+        status, headers, data = raw(server, "POST", "/v1/completions", {**body, "n": 2})
+        assert status == 503 and headers["Retry-After"] == "1", (status, data)
+        s.close()
+        wait_aborted(server, aborted, 30)  # the stream; the refused choices never began
         status, _, data = raw(server, "POST", "/v1/completions", {**body, "n": 1})
         assert status == 200 and len(json.loads(data)["choices"]) == 1, (status, data)
+
+    @case("a batch of prompts: n choices of each, in order, each as its prompt alone gives it")
+    def _():
+        prompts = ["Once upon", "The cat sat on", "a"]
+        kw = dict(model="gpt2", max_tokens=6, temperature=1.5, seed=5, logprobs=1,
+                  extra_body={"ignore_eos": True})
+        r = client.completions.create(**kw, prompt=prompts, n=2)
+        assert [c.index for c in r.choices] == list(range(6)), r.choices
+        alone = [client.completions.create(**dict(kw, seed=5 + k % 2), prompt=prompts[k // 2])
+                 for k in range(6)]
+        for k, c in enumerate(r.choices):
+            assert c.text == alone[k].choices[0].text, (k, c.text, alone[k].choices[0].text)
+            assert c.logprobs.tokens == alone[k].choices[0].logprobs.tokens, k
+        assert r.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone[::2]), r.usage
+        assert r.usage.completion_tokens == 36, r.usage
+        # Streamed: each choice's chunks join to its text.
+        joined = {}
+        for ch in client.completions.create(**kw, prompt=prompts, n=2, stream=True):
+            for c in ch.choices:
+                joined[c.index] = joined.get(c.index, "") + c.text
+        assert [joined[k] for k in range(6)] == [c.text for c in r.choices], joined
+        # Lists of ids, greedy, echoed: each choice its own prompt's text, then its completion.
+        ids = [greedy["ids_1"], greedy["ids_1"][:3]]
+        g = dict(model="gpt2", max_tokens=4, temperature=0, extra_body={"ignore_eos": True})
+        both = client.completions.create(**g, prompt=ids, echo=True)
+        for k, c in enumerate(both.choices):
+            one = client.completions.create(**g, prompt=ids[k]).choices[0]
+            assert c.text == decode(DATA / "gpt2-tiny", ids[k]) + one.text, (k, c.text, one.text)
+        assert both.usage.prompt_tokens == len(ids[0]) + len(ids[1]), both.usage
+        # Scored as lm-evaluation-harness batches them (echo, max_tokens 0, logprobs): each
+        # prompt's listing is its own.
+        scored = client.completions.create(model="gpt2", prompt=ids, max_tokens=0, echo=True,
+                                           logprobs=1)
+        for k, c in enumerate(scored.choices):
+            one = client.completions.create(model="gpt2", prompt=ids[k], max_tokens=0, echo=True,
+                                            logprobs=1).choices[0]
+            assert c.logprobs.tokens == one.logprobs.tokens, k
+            assert c.logprobs.token_logprobs[0] is None, k
+            assert all(abs(a - b) < 1e-4 for a, b in zip(c.logprobs.token_logprobs[1:],
+                                                          one.logprobs.token_logprobs[1:])), k
+            assert len(c.logprobs.tokens) == len(ids[k]), (k, c.logprobs.tokens)
+        # Refused whole, naming the prompt: a mixed list, an empty prompt among others, and
+        # more prompts than `long` takes at once (1 running, 1 waiting).
+        for body, param, words in (
+                ({"model": "gpt2", "prompt": ["a", [1, 2]]}, "prompt", "list of strings"),
+                ({"model": "gpt2", "prompt": ["a", ""]}, "prompt", "prompt 1: "),
+                ({"model": "gpt2", "prompt": [[1], [2, 10**9]]}, "prompt", "'prompt'[1]"),
+                ({"model": "long", "prompt": ["a", "b", "c"]}, "prompt", "max_running")):
+            status, _, data = raw(server, "POST", "/v1/completions", body)
+            err = json.loads(data)["error"]
+            assert status == 400 and err["param"] == param and words in err["message"], data
 
     @case("echo: the prompt before the text, its tokens' log-probabilities (max_tokens 0 too), "
           "whole and streamed alike")
@@ -657,7 +716,7 @@ def run_cases(server):
             ({"model": "gpt2", "prompt": ""}, 400, "prompt"),
             ({"model": "gpt2", "prompt": 7}, 400, "prompt"),
             ({"model": "gpt2", "prompt": [1, 99999]}, 400, "prompt"),
-            ({"model": "gpt2", "prompt": ["a", "b"]}, 400, "prompt"),
+            ({"model": "gpt2", "prompt": []}, 400, "prompt"),
             ({"model": "gpt2", "prompt": "word " * 80}, 400, "prompt"),
             ({"model": "gpt2", "prompt": "x", "max_tokens": 100}, 400, "max_tokens"),
             ({"model": "gpt2", "prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
