@@ -292,6 +292,11 @@ submitted_generation submit_generation(served_lm& s, generation_request r) {
   return g;
 }
 
+void count_unrun(served_lm& s, clock_type::time_point start) {
+  s.counters.e2e.observe(clock_type::now() - start);
+  ++s.counters.aborted;
+}
+
 asio::awaitable<generation_result> generate(served_lm& s,
                                             generation_request r,
                                             clock_type::time_point start,

@@ -251,6 +251,21 @@ handler_state::openai_generate(const handler::request& req,
   } catch (const lm_request_error& e) {
     co_return openai_error(req, e.status, e.what(), e.param);
   }
+  // A choice whose coroutine never begins (the client gone before the choices start, or before the
+  // stream's head is written: Asio's cancellation stops a coroutine at its first step) is counted
+  // as generate counts a cancelled one, however this coroutine ends.
+  struct count_unbegun {
+    served_lm& s;
+    clock_type::time_point start;
+    std::vector<bool> begun;
+    ~count_unbegun() {
+      for (const bool b : begun) {
+        if (!b) {
+          count_unrun(s, start);
+        }
+      }
+    }
+  } counted{s, start, std::vector<bool>(choices, false)};
 
   const std::string id = completion_id(chat ? "chatcmpl-" : "cmpl-");
   const std::int64_t created = unix_seconds();
@@ -381,6 +396,7 @@ handler_state::openai_generate(const handler::request& req,
       co_return co_await send(chunk(i, text, tokens, nullptr));
     };
     generation_result& g = results[i];
+    counted.begun[i] = true;
     g = co_await generate(s, std::move(submitted[i]), start, on_text,
                           echo ? &prompt_scores[i] : nullptr);
     if (stream && g.reason != lm::finish_reason::cancelled &&
