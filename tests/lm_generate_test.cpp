@@ -560,6 +560,44 @@ TEST_SUITE("lm.generate") {
     CHECK(g.stats().prompt_tokens_computed == computed + 8);
   }
 
+  TEST_CASE("prompts that share a prefix, admitted together, compute it once") {
+    const model m = model::load(data / "llama-tiny");
+    std::vector<std::int32_t> prompt = m.tokenizer().encode(
+        "A long system prompt, repeated by every request, that fills two blocks of the cache.");
+    prompt.resize(40, 7);
+    std::vector<std::int32_t> other = prompt;  // the first block alone in common
+    for (std::size_t i = 20; i < other.size(); ++i) {
+      other[i] = static_cast<std::int32_t>(100 + i);
+    }
+    std::vector<std::int32_t> alone, alone_other;
+    {
+      generator g(m);
+      auto a = g.submit(prompt, greedy32);
+      alone = read_one(a);
+      auto b = g.submit(other, greedy32);
+      alone_other = read_one(b);
+    }
+    // Chunks of 5: the first prompt takes 8 steps, so the others are admitted while it computes
+    // (whenever the generator's thread takes them), before its blocks are in the cache.
+    generator g(m, {.prefill_chunk = 5});
+    std::vector<sequence> seqs;
+    for (int i = 0; i < 3; ++i) {
+      seqs.push_back(g.submit(prompt, greedy32));
+    }
+    seqs.push_back(g.submit(other, greedy32));
+    const auto got = read_all(seqs);
+    CHECK(got[0] == alone);
+    CHECK(got[1] == alone);
+    CHECK(got[2] == alone);
+    CHECK(got[3] == alone_other);
+    // The first computes its 40 tokens; the two like it take its two full blocks and compute
+    // 8; the fourth takes its first block and computes 24.
+    const auto st = g.stats();
+    CHECK(st.prefix_cache_hits == 32 + 32 + 16);
+    CHECK(st.prompt_tokens_computed == 40 + 8 + 8 + 24);
+    CHECK(eventually([&] { return g.stats().kv_blocks_used == 0; }));
+  }
+
   TEST_CASE("logprobs: each token's log-softmax of the model's logits, and the likeliest tokens") {
     const model m = model::load(data / "gpt2-tiny");
     generator g(m);

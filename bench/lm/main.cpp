@@ -6,14 +6,15 @@
 //
 //   cotensor_bench_lm MODEL_DIR [--dtype float32|bfloat16|float16] [--prompt P] [--new N]
 //                     [--concurrency 1,4,16,64] [--repeat R]
-//                     [--temperature T] [--top-k K] [--top-p P] [--logprobs L]
+//                     [--temperature T] [--top-k K] [--top-p P] [--logprobs L] [--shared S]
 //   cotensor_bench_lm --triad
 //   cotensor_bench_lm --quick          (the tiny test model, a few tokens: the CI smoke run)
 //
 // Prompts are random ids of the tokenizer (seeded), generation with `ignore_eos`, so every
 // stream makes exactly N tokens: greedy, or sampled under --temperature (with --top-k and
-// --top-p, each stream its own seed), with --logprobs L log-probabilities a token. Figures are
-// medians of R runs after a warm-up.
+// --top-p, each stream its own seed), with --logprobs L log-probabilities a token. With
+// --shared S every stream's prompt begins with the same S ids (a system prompt), new to the
+// prefix cache in each run. Figures are medians of R runs after a warm-up.
 
 #include <cotensor/cotensor.hpp>
 
@@ -45,25 +46,32 @@ struct figures {
   double decode_aggregate_tok_s = 0;
 };
 
-// Runs `streams` sequences of `prompt` random ids and `new_tokens` tokens at once, sampled
-// under `sampling` (its max_tokens, ignore_eos and seed set here).
+// Runs `streams` sequences of `prompt` random ids (the first `shared` the same for all) and
+// `new_tokens` tokens at once, sampled under `sampling` (its max_tokens, ignore_eos and seed set
+// here).
 figures run_once(const lm::model& m,
                  lm::generator& g,
                  lm::sampling_params sampling,
                  int streams,
                  int prompt,
                  int new_tokens,
-                 std::uint32_t seed) {
+                 std::uint32_t seed,
+                 int shared = 0) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<std::int32_t> id(
       0, static_cast<std::int32_t>(m.tokenizer().vocab_size()) - 1);
+  std::vector<std::int32_t> common(static_cast<std::size_t>(std::min(shared, prompt)));
+  for (auto& i : common) {
+    i = id(rng);
+  }
   asio::io_context io;
   std::vector<std::vector<double>> times(static_cast<std::size_t>(streams));
   const auto start = clock_type::now();
   for (int s = 0; s < streams; ++s) {
-    std::vector<std::int32_t> ids(static_cast<std::size_t>(prompt));
-    for (auto& i : ids) {
-      i = id(rng);
+    std::vector<std::int32_t> ids(common);
+    ids.resize(static_cast<std::size_t>(prompt));
+    for (auto i = common.size(); i < ids.size(); ++i) {
+      ids[i] = id(rng);
     }
     sampling.max_tokens = new_tokens;
     sampling.ignore_eos = true;
@@ -168,6 +176,7 @@ int main(int argc, char** argv) try {
   int prompt = 128;
   int new_tokens = 64;
   int repeat = 3;
+  int shared = 0;
   std::vector<int> concurrency{1, 4, 16, 64};
   lm::sampling_params sampling{.temperature = 0.0F};
   for (int i = 1; i < argc; ++i) {
@@ -205,6 +214,8 @@ int main(int argc, char** argv) try {
       sampling.top_p = std::stof(value());
     } else if (a == "--logprobs") {
       sampling.logprobs = std::stoi(value());
+    } else if (a == "--shared") {
+      shared = std::stoi(value());
     } else if (!a.starts_with("--") && dir.empty()) {
       dir = a;
     } else {
@@ -214,17 +225,19 @@ int main(int argc, char** argv) try {
   if (dir.empty()) {
     throw std::invalid_argument("usage: cotensor_bench_lm MODEL_DIR [--dtype D] [--prompt P] "
                                 "[--new N] [--concurrency 1,4,16,64] [--repeat R] "
-                                "[--temperature T] [--top-k K] [--top-p P] [--logprobs L] | "
+                                "[--temperature T] [--top-k K] [--top-p P] [--logprobs L] "
+                                "[--shared S] | "
                                 "--triad | --quick");
   }
   const auto dt = dtype_named(dtype_name);
   const lm::model m = lm::model::load(dir, {.dtype = dt});
   const std::string name = std::filesystem::path(dir).filename().string();
-  char sampled[128];
-  std::snprintf(sampled, sizeof sampled,
-                "\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"logprobs\": %d",
-                static_cast<double>(sampling.temperature), sampling.top_k,
-                static_cast<double>(sampling.top_p), sampling.logprobs.value_or(-1));
+  char sampled[160];
+  std::snprintf(
+      sampled, sizeof sampled,
+      "\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"logprobs\": %d, \"shared\": %d",
+      static_cast<double>(sampling.temperature), sampling.top_k,
+      static_cast<double>(sampling.top_p), sampling.logprobs.value_or(-1), shared);
   for (const int c : concurrency) {
     lm::generator g(m, {.max_running = static_cast<std::size_t>(c),
                         .token_budget = std::max<std::int64_t>(512, c)});
@@ -232,7 +245,7 @@ int main(int argc, char** argv) try {
     run_once(m, g, sampling, 1, prompt, std::min(new_tokens, 4), 99);  // warm-up
     for (int r = 0; r < repeat; ++r) {
       runs.push_back(
-          run_once(m, g, sampling, c, prompt, new_tokens, static_cast<std::uint32_t>(r)));
+          run_once(m, g, sampling, c, prompt, new_tokens, static_cast<std::uint32_t>(r), shared));
     }
     const auto med = [&](double figures::*field) {
       std::vector<double> v;

@@ -349,7 +349,8 @@ struct generator_options {
   /// sequence (one coroutine each), or sequences behind it may wait for room indefinitely.
   std::size_t max_unread = 64;
   /// Identical prompt prefixes share full cache blocks (found by a hash of their tokens,
-  /// checked id for id), so a repeated prefix is computed once.
+  /// checked id for id), so a repeated prefix is computed once, also by prompts running at
+  /// once: a prompt whose next block another is computing waits for it.
   bool prefix_caching = true;
 };
 

@@ -36,6 +36,10 @@ struct sequence::state {
   std::vector<std::int64_t> blocks;  // the block table
   std::size_t computed = 0;          // tokens whose keys and values are in the cache
   std::size_t published = 0;         // blocks offered to the prefix cache
+  // The chained hashes of the prompt's full blocks that admit looks up (kv_blocks::chain of
+  // all but the last prompt token), with prefix caching.
+  std::vector<std::uint64_t> prefix_hashes;
+  bool deferred = false;  // the last step left its prompt to a sequence computing its next block
   int generated = 0;
   std::optional<text_stream> text;  // for stop texts
   std::string tail;
@@ -87,6 +91,8 @@ struct generator::state {
   void loop();
   bool step();
   bool admit(sequence::state& s);
+  /// Takes from the prefix cache the blocks of `s`'s prompt published since `s` last looked.
+  void adopt(sequence::state& s);
   void finish(sequence::state& s, lm::finish_reason why, std::exception_ptr error = nullptr);
   /// Fails every running and waiting sequence with `error` (a step that threw past its guards).
   void fail_all(const std::exception_ptr& error) noexcept;

@@ -27,6 +27,19 @@ std::uint64_t kv_blocks::hash_of(std::uint64_t parent, std::span<const std::int3
   return h ^ (h >> 31);
 }
 
+std::vector<std::uint64_t> kv_blocks::chain(std::span<const std::int32_t> tokens,
+                                            std::int64_t block_size) {
+  std::vector<std::uint64_t> out;
+  std::uint64_t parent = 0;
+  for (std::int64_t end = block_size; end <= static_cast<std::int64_t>(tokens.size());
+       end += block_size) {
+    parent = hash_of(parent, tokens.subspan(static_cast<std::size_t>(end - block_size),
+                                            static_cast<std::size_t>(block_size)));
+    out.push_back(parent);
+  }
+  return out;
+}
+
 std::vector<std::int64_t> kv_blocks::find(std::span<const std::int32_t> tokens,
                                           std::int64_t block_size) const {
   std::vector<std::int64_t> found;

@@ -32,6 +32,11 @@ public:
   /// found: `block_size` tokens each, chained by hash. Takes nothing.
   std::vector<std::int64_t> find(std::span<const std::int32_t> tokens,
                                  std::int64_t block_size) const;
+  /// The chained hashes of `tokens`' full blocks, `block_size` tokens each, as `find` and
+  /// `publish` compute them: equal hashes at a block mean (but for a collision) the same
+  /// tokens up to its end.
+  static std::vector<std::uint64_t> chain(std::span<const std::int32_t> tokens,
+                                          std::int64_t block_size);
   /// Whether a sequence holds `block`.
   bool held(std::int64_t block) const noexcept {
     return blocks_[static_cast<std::size_t>(block)].refs > 0;

@@ -9,6 +9,7 @@
 #include "lm/sampler.hpp"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace cotensor::lm {
 
@@ -117,10 +118,31 @@ bool generator::state::step() {
   // Prompts scored token by token bring a row of logits per token to this thread: at most
   // 256 rows a step, all such prompts together (Qwen2's 151,936 floats a row: 156 MB).
   std::int64_t scoring_rows = 256;
+  // The full prompt blocks that a sequence before in `running` computes, or will. A prompt
+  // whose next block is among them waits (`deferred`) and takes that sequence's blocks from
+  // the prefix cache once published: prompts that share a prefix (a request's n choices, a
+  // batch with one system prompt) compute it once, though admitted in one step. The first
+  // prompt in `running` never waits, so every shared block is computed.
+  std::unordered_set<std::uint64_t> claimed;
+  const auto block = static_cast<std::size_t>(options.block_size);
   for (const auto& sp : running) {
     sequence::state& s = *sp;
-    const std::size_t left = s.tokens.size() - s.computed;
     const bool scoring = s.params.prompt_logprobs.has_value();
+    if (options.prefix_caching && !scoring && s.tokens.size() - s.computed > 1) {
+      if (s.deferred) {
+        adopt(s);
+      }
+      const std::size_t next = s.computed / block;
+      s.deferred = s.computed % block == 0 && next < s.prefix_hashes.size() &&
+                   claimed.contains(s.prefix_hashes[next]);
+      if (s.deferred) {
+        continue;
+      }
+    }
+    for (std::size_t b = s.computed / block; b < s.prefix_hashes.size(); ++b) {
+      claimed.insert(s.prefix_hashes[b]);
+    }
+    const std::size_t left = s.tokens.size() - s.computed;
     if (left > 1 && budget > 0 && (!scoring || scoring_rows > 0)) {
       const std::int64_t chunk =
           scoring ? std::min(options.prefill_chunk, scoring_rows) : options.prefill_chunk;
@@ -233,7 +255,6 @@ bool generator::state::step() {
     sequence::state& s = *p.s;
     s.computed += p.count;
     if (options.prefix_caching) {
-      const auto block = static_cast<std::size_t>(bs);
       for (; (s.published + 1) * block <= s.computed; ++s.published) {
         blocks.publish(s.blocks[s.published], s.published == 0 ? -1 : s.blocks[s.published - 1],
                        std::span(s.tokens).subspan(s.published * block, block));
@@ -427,9 +448,36 @@ bool generator::state::admit(sequence::state& s) {
   while (static_cast<std::int64_t>(s.blocks.size()) < need) {
     s.blocks.push_back(blocks.allocate());
   }
+  if (options.prefix_caching) {
+    s.prefix_hashes = kv_blocks::chain(std::span(s.tokens).first(s.prompt_size - 1), bs);
+  }
   const std::lock_guard lock(mutex);
   figures.prefix_cache_hits += s.computed;
   return true;
+}
+
+void generator::state::adopt(sequence::state& s) {
+  const auto bs = static_cast<std::size_t>(options.block_size);
+  const std::size_t from = s.computed / bs;
+  if (s.computed % bs != 0) {
+    return;
+  }
+  const std::vector<std::int64_t> found =
+      blocks.find(std::span(s.tokens).first(s.prompt_size - 1), options.block_size);
+  if (found.size() <= from) {
+    return;
+  }
+  // The blocks from `from` on are the ones admit allocated, unpublished: each gives way to the
+  // found block, so `s` holds as many as it was admitted with.
+  for (std::size_t i = from; i < found.size(); ++i) {
+    blocks.hold(found[i]);
+    blocks.release(s.blocks[i]);
+    s.blocks[i] = found[i];
+  }
+  s.computed = found.size() * bs;
+  s.published = found.size();
+  const std::lock_guard lock(mutex);
+  figures.prefix_cache_hits += (found.size() - from) * bs;
 }
 
 }  // namespace cotensor::lm
