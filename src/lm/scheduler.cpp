@@ -139,7 +139,8 @@ bool generator::state::step() {
         continue;
       }
     }
-    for (std::size_t b = s.computed / block; b < s.prefix_hashes.size(); ++b) {
+    // A scored prompt computes at most the step's scoring rows: others do not wait on it.
+    for (std::size_t b = s.computed / block; !scoring && b < s.prefix_hashes.size(); ++b) {
       claimed.insert(s.prefix_hashes[b]);
     }
     const std::size_t left = s.tokens.size() - s.computed;

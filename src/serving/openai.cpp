@@ -185,16 +185,14 @@ handler_state::openai_generate(const handler::request& req,
       }
     }
     refuse_unsupported(o);
-    // A request that can never be taken whole (its sequences past what the model holds running
-    // and waiting) is a 400, not a 503 to retry without end.
-    const auto& g = s.lm->options.generator;
-    const std::size_t capacity = g.max_running + g.max_waiting;
+    // A request that can never be taken whole is a 400, not a 503 to retry without end: its
+    // sequences are submitted at once, so all of them wait at first.
+    const std::size_t capacity = s.lm->options.generator.max_waiting;
     if (r.choices > capacity) {
       throw lm_request_error(400,
                              "'n' is " + std::to_string(r.choices) + ", past the " +
                                  std::to_string(capacity) +
-                                 " sequences this model takes at once (max_running + "
-                                 "max_waiting)",
+                                 " sequences this model queues at once (max_waiting)",
                              "n");
     }
     prompts = co_await off_loop([&]() -> std::vector<std::vector<std::int32_t>> {

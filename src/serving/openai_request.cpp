@@ -63,8 +63,8 @@ std::vector<std::vector<std::int32_t>> completion_prompts(const json::value* p,
       throw lm_request_error(400,
                              "'prompt' holds " + std::to_string(a->size()) + " prompts, past the " +
                                  std::to_string(most) +
-                                 " this model takes in one request (max_running + max_waiting "
-                                 "sequences, n for each prompt)",
+                                 " this model takes in one request (max_waiting sequences, n "
+                                 "for each prompt)",
                              "prompt");
     }
     std::vector<std::vector<std::int32_t>> out;

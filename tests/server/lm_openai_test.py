@@ -461,23 +461,27 @@ def run_cases(server):
             text = "".join(ch.choices[0].delta.content or "" for ch in streamed
                            if ch.choices[0].index == i)
             assert text == contents[i], (i, text, contents[i])
-        # More choices than `long` holds running and waiting (1 and 1) can never be taken: 400.
+        # More choices than `long` queues (max_waiting 1) can never be taken whole: 400.
         body = {"model": "long", "prompt": "a", "max_tokens": 200, "ignore_eos": True}
-        status, _, data = raw(server, "POST", "/v1/completions", {**body, "n": 3})
+        status, _, data = raw(server, "POST", "/v1/completions", {**body, "n": 2})
         err = json.loads(data)["error"]
         assert status == 400 and err["param"] == "n" and "max_waiting" in err["message"], data
-        # Two choices while a stream holds `long`'s running place: the first waits, the second
-        # finds the queue full, and the request is refused whole (503), none left behind.
-        aborted = long_figures(server)[0]
-        s = start_stream(server, "long", LONG - 8)
+        # `wide` (2 running, 2 waiting): a 2-choice stream holds both running places and a
+        # stream waits; of two more choices the first waits, the second finds the queue full, and
+        # the request is refused whole (503), none left behind.
+        aborted = long_figures(server, "wide")[0]
+        streams = [start_stream(server, "wide", LONG - 8, n=2)]
         deadline = time.time() + 30
-        while long_figures(server)[1:3] != [1, 0]:
-            assert time.time() < deadline, long_figures(server)
+        while long_figures(server, "wide")[1:3] != [2, 0]:
+            assert time.time() < deadline, long_figures(server, "wide")
             time.sleep(0.05)
-        status, headers, data = raw(server, "POST", "/v1/completions", {**body, "n": 2})
+        streams.append(start_stream(server, "wide", LONG - 8))
+        status, headers, data = raw(server, "POST", "/v1/completions",
+                                    {**body, "model": "wide", "n": 2})
         assert status == 503 and headers["Retry-After"] == "1", (status, data)
-        s.close()
-        wait_aborted(server, aborted, 30)  # the stream; the refused choices never began
+        for st in streams:
+            st.close()
+        wait_aborted(server, aborted, 30, "wide", 3)  # the streams'; the refused never began
         status, _, data = raw(server, "POST", "/v1/completions", {**body, "n": 1})
         assert status == 200 and len(json.loads(data)["choices"]) == 1, (status, data)
 
@@ -522,12 +526,12 @@ def run_cases(server):
                                                           one.logprobs.token_logprobs[1:])), k
             assert len(c.logprobs.tokens) == len(ids[k]), (k, c.logprobs.tokens)
         # Refused whole, naming the prompt: a mixed list, an empty prompt among others, and
-        # more prompts than `long` takes at once (1 running, 1 waiting).
+        # more prompts than `long` queues at once (max_waiting 1).
         for body, param, words in (
                 ({"model": "gpt2", "prompt": ["a", [1, 2]]}, "prompt", "list of strings"),
                 ({"model": "gpt2", "prompt": ["a", ""]}, "prompt", "prompt 1: "),
                 ({"model": "gpt2", "prompt": [[1], [2, 10**9]]}, "prompt", "'prompt'[1]"),
-                ({"model": "long", "prompt": ["a", "b", "c"]}, "prompt", "max_running")):
+                ({"model": "long", "prompt": ["a", "b"]}, "prompt", "max_waiting")):
             status, _, data = raw(server, "POST", "/v1/completions", body)
             err = json.loads(data)["error"]
             assert status == 400 and err["param"] == param and words in err["message"], data
