@@ -37,7 +37,8 @@ struct sequence::state {
   std::size_t computed = 0;          // tokens whose keys and values are in the cache
   std::size_t published = 0;         // blocks offered to the prefix cache
   // The chained hashes of the prompt's full blocks that admit looks up (kv_blocks::chain of
-  // all but the last prompt token), with prefix caching.
+  // all but the last prompt token), with prefix caching; none for a scored prompt, which
+  // computes at most a step's scoring rows: others do not wait on it.
   std::vector<std::uint64_t> prefix_hashes;
   bool deferred = false;  // the last step left its prompt to a sequence computing its next block
   int generated = 0;

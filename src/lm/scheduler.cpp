@@ -139,8 +139,7 @@ bool generator::state::step() {
         continue;
       }
     }
-    // A scored prompt computes at most the step's scoring rows: others do not wait on it.
-    for (std::size_t b = s.computed / block; !scoring && b < s.prefix_hashes.size(); ++b) {
+    for (std::size_t b = s.computed / block; b < s.prefix_hashes.size(); ++b) {
       claimed.insert(s.prefix_hashes[b]);
     }
     const std::size_t left = s.tokens.size() - s.computed;
@@ -449,7 +448,7 @@ bool generator::state::admit(sequence::state& s) {
   while (static_cast<std::int64_t>(s.blocks.size()) < need) {
     s.blocks.push_back(blocks.allocate());
   }
-  if (options.prefix_caching) {
+  if (options.prefix_caching && !s.params.prompt_logprobs) {
     s.prefix_hashes = kv_blocks::chain(std::span(s.tokens).first(s.prompt_size - 1), bs);
   }
   const std::lock_guard lock(mutex);

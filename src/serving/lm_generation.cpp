@@ -292,9 +292,14 @@ submitted_generation submit_generation(served_lm& s, generation_request r) {
   return g;
 }
 
-void count_unrun(served_lm& s, clock_type::time_point start) {
-  s.counters.e2e.observe(clock_type::now() - start);
-  ++s.counters.aborted;
+void count_ended(lm_counters& c, clock_type::time_point start, lm::finish_reason reason) {
+  c.e2e.observe(clock_type::now() - start);
+  if (reason == lm::finish_reason::stop || reason == lm::finish_reason::length) {
+    ++(reason == lm::finish_reason::stop ? c.finished_stop : c.finished_length);
+    ++c.success;
+  } else {
+    ++c.aborted;
+  }
 }
 
 asio::awaitable<generation_result> generate(served_lm& s,
@@ -320,15 +325,7 @@ asio::awaitable<generation_result> generate(served_lm& s,
     lm_counters& c;
     clock_type::time_point start;
     const lm::finish_reason& reason;
-    ~count_end() {
-      c.e2e.observe(clock_type::now() - start);
-      if (reason == lm::finish_reason::stop || reason == lm::finish_reason::length) {
-        ++(reason == lm::finish_reason::stop ? c.finished_stop : c.finished_length);
-        ++c.success;
-      } else {
-        ++c.aborted;
-      }
-    }
+    ~count_end() { count_ended(c, start, reason); }
   } const counted{s.counters, start, out.reason};
   lm::text_stream pieces(s.lm->model.tokenizer());
   const std::size_t vocabulary = s.lm->model.tokenizer().vocab_size();

@@ -163,10 +163,12 @@ asio::awaitable<generation_result> generate(served_lm& s,
                                             std::chrono::steady_clock::time_point start,
                                             const generation_sink& on_text);
 
-// Counts the end of a request that `generate` did not run (its coroutine cancelled before it
-// began, the client gone): aborted, its latency from `start`, as `generate` counts a cancelled
-// one.
-void count_unrun(served_lm& s, std::chrono::steady_clock::time_point start);
+// Counts a request's end as `generate` does: its latency from `start`, and a success (`stop`,
+// `length`) or an abort (anything else). For a request `generate` did not run, with
+// `cancelled`.
+void count_ended(lm_counters& c,
+                 std::chrono::steady_clock::time_point start,
+                 lm::finish_reason reason);
 
 // Why a generation failed, in words ("the generation failed: ..."); empty unless it did.
 std::string failure_message(const generation_result& g);

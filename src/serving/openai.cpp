@@ -155,8 +155,7 @@ handler_state::openai_generate(const handler::request& req,
   generation_request r;
   std::vector<std::vector<std::int32_t>> prompts;  // a completion's batch, or the chat's one
   std::vector<generation_request> requests;        // one for each prompt
-  bool stream = false;
-  bool include_usage = false;
+  streaming streamed;
   try {
     // The default: the model's (cotensor.json), else OpenAI's 16 for completions and what fits
     // for chat.
@@ -165,25 +164,7 @@ handler_state::openai_generate(const handler::request& req,
     const std::size_t configured = s.lm->options.default_max_tokens;
     r.params.max_tokens = static_cast<int>(configured > 0 ? configured : fallback);
     read_sampling(o, r, chat ? sampling_route::chat : sampling_route::completions);
-    if (const json::value* v = o.if_contains("stream"); v != nullptr && !v->is_null()) {
-      if (!v->is_bool()) {
-        throw lm_request_error(400, "'stream' must be true or false", "stream");
-      }
-      stream = v->get_bool();
-    }
-    if (const json::value* v = o.if_contains("stream_options"); v != nullptr && !v->is_null()) {
-      const json::value* u =
-          v->is_object() ? v->get_object().if_contains("include_usage") : nullptr;
-      if (!v->is_object() || (u != nullptr && !u->is_bool())) {
-        throw lm_request_error(400, "'stream_options' must be {\"include_usage\": bool}",
-                               "stream_options");
-      }
-      include_usage = u != nullptr && u->get_bool();
-      if (!stream) {
-        throw lm_request_error(400, "'stream_options' is only allowed with \"stream\": true",
-                               "stream_options");
-      }
-    }
+    streamed = read_streaming(o);
     refuse_unsupported(o);
     // A request that can never be taken whole is a 400, not a 503 to retry without end: its
     // sequences are submitted at once, so all of them wait at first.
@@ -203,22 +184,12 @@ handler_state::openai_generate(const handler::request& req,
       return completion_prompts(o.if_contains("prompt"), s.lm->model, context,
                                 capacity / r.choices);
     });
-    for (std::size_t p = 0; p < prompts.size(); ++p) {
-      generation_request one = r;
-      one.prompt = prompts[p];
-      try {
-        fit_context(s, one);
-      } catch (const lm_request_error& e) {
-        if (prompts.size() == 1) {
-          throw;
-        }
-        throw lm_request_error(e.status, "prompt " + std::to_string(p) + ": " + e.what(), e.param);
-      }
-      requests.push_back(std::move(one));
-    }
+    requests = prompt_requests(s, r, prompts);
   } catch (const lm_request_error& e) {
     co_return openai_error(req, e.status, e.what(), e.param);
   }
+  const bool stream = streamed.stream;
+  const bool include_usage = streamed.include_usage;
   // The echoed prompts.
   const bool echo = r.echo;
   const std::vector<std::string> echo_texts =
@@ -259,7 +230,7 @@ handler_state::openai_generate(const handler::request& req,
     ~count_unbegun() {
       for (const bool b : begun) {
         if (!b) {
-          count_unrun(s, start);
+          count_ended(s.counters, start, lm::finish_reason::cancelled);
         }
       }
     }

@@ -1,5 +1,6 @@
-// The OpenAI routes' requests read (openai_request.hpp): the prompt of a completion, the chat's
-// messages rendered and tokenized, the fields that are refused rather than ignored.
+// The OpenAI routes' requests read (openai_request.hpp): the prompts of a completion, each fit
+// to the context, the chat's messages rendered and tokenized, streaming, the fields that are
+// refused rather than ignored.
 
 #include "serving/openai_request.hpp"
 
@@ -175,6 +176,51 @@ void refuse_unsupported(const json::object& o) {
       refuse("response_format", "is not supported (only {\"type\": \"text\"})");
     }
   }
+}
+
+streaming read_streaming(const json::object& o) {
+  streaming out;
+  if (const json::value* v = o.if_contains("stream"); v != nullptr && !v->is_null()) {
+    if (!v->is_bool()) {
+      throw lm_request_error(400, "'stream' must be true or false", "stream");
+    }
+    out.stream = v->get_bool();
+  }
+  if (const json::value* v = o.if_contains("stream_options"); v != nullptr && !v->is_null()) {
+    const json::value* u = v->is_object() ? v->get_object().if_contains("include_usage") : nullptr;
+    if (!v->is_object() || (u != nullptr && !u->is_bool())) {
+      throw lm_request_error(400, "'stream_options' must be {\"include_usage\": bool}",
+                             "stream_options");
+    }
+    out.include_usage = u != nullptr && u->get_bool();
+    if (!out.stream) {
+      throw lm_request_error(400, "'stream_options' is only allowed with \"stream\": true",
+                             "stream_options");
+    }
+  }
+  return out;
+}
+
+std::vector<generation_request>
+prompt_requests(const served_lm& s,
+                const generation_request& r,
+                const std::vector<std::vector<std::int32_t>>& prompts) {
+  std::vector<generation_request> out;
+  out.reserve(prompts.size());
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    generation_request one = r;
+    one.prompt = prompts[p];
+    try {
+      fit_context(s, one);
+    } catch (const lm_request_error& e) {
+      if (prompts.size() == 1) {
+        throw;
+      }
+      throw lm_request_error(e.status, "prompt " + std::to_string(p) + ": " + e.what(), e.param);
+    }
+    out.push_back(std::move(one));
+  }
+  return out;
 }
 
 std::vector<std::string> completion_prompt_texts(const json::value* p,

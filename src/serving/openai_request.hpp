@@ -1,9 +1,9 @@
 #pragma once
 
 // What the OpenAI routes (openai.cpp) read of a request beside its sampling fields
-// (read_sampling): the prompt of a completion, the chat's messages rendered with the model's
-// template, and the fields refused rather than ignored. Each throws lm_request_error (400)
-// naming the field.
+// (read_sampling): the prompts of a completion, each fit to the context, the chat's messages
+// rendered with the model's template, streaming, and the fields refused rather than ignored.
+// Each throws lm_request_error (400) naming the field.
 
 #include <cotensor/lm.hpp>
 
@@ -30,6 +30,20 @@ std::vector<std::vector<std::int32_t>> completion_prompts(const json::value* p,
 // them). A model without a template, or messages it refuses, is a 400.
 std::vector<std::int32_t>
 chat_prompt(const json::value* m, const lm::model& model, std::int64_t context);
+
+// `stream` and `stream_options.include_usage` (only with `stream`).
+struct streaming {
+  bool stream = false;
+  bool include_usage = false;
+};
+streaming read_streaming(const json::object& o);
+
+// `r` (its sampling read) for each of `prompts`, each fit to the context (fit_context); a
+// refusal of one prompt of several names its place ("prompt 2: ...").
+std::vector<generation_request>
+prompt_requests(const served_lm& s,
+                const generation_request& r,
+                const std::vector<std::vector<std::int32_t>>& prompts);
 
 // What a request may ask that is not served: refused with 400 naming the field, never ignored
 // (an answer computed without it would be silently wrong).
