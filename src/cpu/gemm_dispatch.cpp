@@ -82,6 +82,16 @@ bool cpu_has_avx512_bf16() noexcept {
 #endif
 }
 
+bool cpu_has_avx512_fp16() noexcept {
+#if COTENSOR_HAVE_CPUID
+  // CPUID leaf 7, sub-leaf 0, EDX bit 23: AVX512_FP16.
+  static const bool has = cpu_has_avx512() && (cpuid(7, 0).edx & (1U << 23)) != 0;
+  return has;
+#else
+  return false;
+#endif
+}
+
 bool cpu_has_amx_bf16() noexcept {
 #if COTENSOR_HAVE_CPUID && defined(__linux__) && defined(SYS_arch_prctl)
   static const bool has = [] {
@@ -155,13 +165,17 @@ gemm_kernel f32_gemm_kernel_for_this_call(std::int64_t rows) {
   // Measured side by side (docs/performance.md#cotensors-own-gemm): on AMD Zen 4 and Zen 5
   // cotensor's kernel for every shape; on Intel Sapphire Rapids OpenBLAS's SkylakeX kernels on
   // tiles beat it past a decode step's rows (285-318 against 248-270 GFLOP/s at 1000² to
-  // 4000²), and cotensor's row path keeps the products of few rows; OpenBLAS where the CPU
-  // lacks AVX-512.
+  // 4000²), and cotensor's row path keeps the products of few rows: so OpenBLAS past them on
+  // the Intel CPUs with AVX-512 FP16, Sapphire Rapids's generation on. On Ice Lake (no AVX-512
+  // FP16) cotensor's kernel for every shape, so a row's bits never depend on the rows around
+  // it: against OpenBLAS 1.07-1.18x at 1000², 0.99-1.12x at 2000², 0.91-1.02x at 4000²
+  // (medians of three sets of alternated runs). OpenBLAS where the CPU lacks AVX-512.
   return kernel_from_environment(
       "COTENSOR_GEMM_F32",
       {{gemm_kernel::avx512, cpu_has_avx512, "AVX-512"}, {gemm_kernel::openblas, always, ""}},
       [rows] {
-        return !cpu_has_avx512() || (cpu_is_intel() && rows > f32_rows_on_own_kernel)
+        return !cpu_has_avx512() ||
+                       (cpu_is_intel() && cpu_has_avx512_fp16() && rows > f32_rows_on_own_kernel)
                    ? gemm_kernel::openblas
                    : gemm_kernel::avx512;
       });
@@ -173,9 +187,10 @@ gemm_kernel bf16_gemm_kernel_for_this_call(std::int64_t rows) {
   // products). On Intel CPUs without AMX (Emerald Rapids with the tiles hidden by its
   // hypervisor) one vdpbf16ps retires every other cycle, half the rate of the FMAs: there the
   // pairs split into floats on the FMAs up to bf16_rows_on_own_kernel rows and for B laid out
-  // beforehand, and past them the converting path (float32 SGEMM on OpenBLAS, faster there
-  // than cotensor's float32 kernel: 218 against 152 GFLOP/s for vdpbf16ps at 256 x 1000 x
-  // 1000). An AVX-512 CPU without AVX-512 BF16 takes the same two paths.
+  // beforehand, and past them the converting path (float32 SGEMM, on OpenBLAS on Emerald
+  // Rapids, faster there than cotensor's float32 kernel: 218 against 152 GFLOP/s for vdpbf16ps
+  // at 256 x 1000 x 1000). An AVX-512 CPU without AVX-512 BF16 (Ice Lake) takes the same two
+  // paths.
   return kernel_from_environment(
       "COTENSOR_GEMM_BF16",
       {{gemm_kernel::amx_bf16, cpu_has_amx_bf16,

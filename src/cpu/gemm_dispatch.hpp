@@ -25,6 +25,8 @@ std::string_view to_string(gemm_kernel k) noexcept;
 bool cpu_has_avx512() noexcept;
 /// Whether they also run AVX-512 BF16 (asked once).
 bool cpu_has_avx512_bf16() noexcept;
+/// Whether they also run AVX-512 FP16 (asked once): Intel's CPUs from Sapphire Rapids on.
+bool cpu_has_avx512_fp16() noexcept;
 /// Whether they also run AMX-BF16 and the kernel lets this process use the tiles: asked once,
 /// the first call requesting the permission (Linux 5.16 and later: arch_prctl
 /// ARCH_REQ_XCOMP_PERM for XTILEDATA, 8 KiB more state a thread, for every thread of the
@@ -37,11 +39,12 @@ inline constexpr std::int64_t f32_rows_on_own_kernel = 64;
 
 /// The kernel a float32 GEMM of `rows` rows runs (0: a product laid out for, whatever its rows:
 /// B packed once): COTENSOR_GEMM_F32 when set ("avx512", "openblas" or "auto"), else the one
-/// measured faster where the CPU has both; on Intel CPUs OpenBLAS past f32_rows_on_own_kernel
-/// rows, so that a row's bits there depend on whether the product had more (forced, either
-/// kernel gives a row the same bits whatever the rows around it). Read at each call, so that
-/// tests can force each path. Throws std::invalid_argument on any other value, and
-/// std::runtime_error when a kernel is forced on a CPU without its instructions.
+/// measured faster where the CPU has both; on Intel CPUs with AVX-512 FP16 (Sapphire Rapids and
+/// Emerald Rapids) OpenBLAS past f32_rows_on_own_kernel rows, so that a row's bits there depend
+/// on whether the product had more (forced, either kernel gives a row the same bits whatever
+/// the rows around it). Read at each call, so that tests can force each path. Throws
+/// std::invalid_argument on any other value, and std::runtime_error when a kernel is forced on a
+/// CPU without its instructions.
 gemm_kernel f32_gemm_kernel_for_this_call(std::int64_t rows = 0);
 /// Rows past which "auto" sends an unpacked bfloat16 product to the converting path (float32
 /// SGEMM) on an AVX-512 CPU without AMX that is Intel's or lacks AVX-512 BF16.

@@ -49,6 +49,21 @@ inline bool cpu_is_intel() {
 #endif
 }
 
+/// And AVX-512 FP16 (CPUID leaf 7, EDX bit 23): on Intel, the float32 GEMM's `auto` choice
+/// depends on it (Sapphire Rapids's generation on).
+inline bool cpu_has_avx512_fp16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  unsigned eax = 0;
+  unsigned ebx = 0;
+  unsigned ecx = 0;
+  unsigned edx = 0;
+  return cpu_has_avx512() && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 &&
+         (edx & (1U << 23)) != 0;
+#else
+  return false;
+#endif
+}
+
 /// And AMX-BF16 (CPUID leaf 7, EDX bits 22 and 24), with the kernel's permission for the
 /// tiles' state, asked of it here as the library asks: its AMX kernel.
 inline bool cpu_has_amx_bf16() {
