@@ -25,7 +25,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -801,6 +803,116 @@ TEST_SUITE("lm.generate") {
                       doctest::Contains("prompt_logprobs"));
   }
 
+  TEST_CASE("logit_bias and the penalties: each pick the largest of the model's logits so "
+            "adjusted, alone or among others") {
+    const model m = model::load(data / "gpt2-tiny");
+    generator g(m);
+    const auto prompt = m.tokenizer().encode("Hello, world! Hello, world!");
+    const auto run = [&](sampling_params p) {
+      auto s = g.submit(prompt, p);
+      return read_one(s);
+    };
+    const sampling_params greedy{.temperature = 0.0F, .max_tokens = 16, .ignore_eos = true};
+    const auto plain = run(greedy);
+    REQUIRE(plain.size() == 16);
+
+    // The last row of the model's logits after `ids`, adjusted as vLLM does, written out here.
+    const auto adjusted = [&](const std::vector<std::int32_t>& ids, const sampling_params& p) {
+      const auto all = m.logits(ids).to_vector<float>();
+      const std::size_t vocab = all.size() / ids.size();
+      std::vector<float> row(all.end() - static_cast<std::ptrdiff_t>(vocab), all.end());
+      for (const auto& [id, bias] : p.logit_bias) {
+        row[static_cast<std::size_t>(id)] += bias;
+      }
+      std::set<std::int32_t> seen(ids.begin(), ids.end());
+      for (const std::int32_t id : seen) {
+        float& x = row[static_cast<std::size_t>(id)];
+        x = x > 0.0F ? x / p.repetition_penalty : x * p.repetition_penalty;
+      }
+      std::map<std::int32_t, int> counts;
+      for (std::size_t i = prompt.size(); i < ids.size(); ++i) {
+        ++counts[ids[i]];
+      }
+      for (const auto& [id, count] : counts) {
+        float& x = row[static_cast<std::size_t>(id)];
+        x -= p.frequency_penalty * static_cast<float>(count);
+        x -= p.presence_penalty;
+      }
+      return row;
+    };
+    auto repetition = greedy;
+    repetition.repetition_penalty = 3.0F;
+    auto presence = greedy;
+    presence.presence_penalty = 2.0F;
+    presence.frequency_penalty = 1.5F;
+    // Greedy's first token and the next other one it gives, banned; another favoured.
+    const auto next = std::ranges::find_if(plain, [&](std::int32_t id) { return id != plain[0]; });
+    REQUIRE(next != plain.end());
+    const std::int32_t other = *next;
+    auto bias = greedy;
+    bias.logit_bias = {{plain[0], -100.0F}, {other, -100.0F}, {7, 2.5F}};
+    auto all = bias;
+    all.repetition_penalty = 0.5F;  // below 1: repeats encouraged
+    all.presence_penalty = -1.0F;
+    all.frequency_penalty = 0.5F;
+    for (const sampling_params& p : {repetition, presence, bias, all}) {
+      const auto tokens = run(p);
+      REQUIRE(tokens.size() == 16);
+      CHECK(tokens != plain);  // the adjustment is no no-op
+      // Each pick is the largest adjusted logit, within the model's logits' tolerance (the
+      // reference's full forward pass differs from the steps' by rounding).
+      std::vector<std::int32_t> ids = prompt;
+      for (const std::int32_t id : tokens) {
+        const auto row = adjusted(ids, p);
+        CHECK(row[static_cast<std::size_t>(id)] >= *std::ranges::max_element(row) - 1e-3F);
+        ids.push_back(id);
+      }
+      // Among other sequences, greedy or sampled, the same tokens; the others' are theirs alone.
+      std::vector<sequence> batch;
+      batch.push_back(g.submit(prompt, greedy));
+      batch.push_back(g.submit(prompt, p));
+      batch.push_back(g.submit(prompt, {.temperature = 1.0F, .seed = 3, .max_tokens = 16}));
+      const auto together = read_all(batch);
+      CHECK(together[0] == plain);
+      CHECK(together[1] == tokens);
+      CHECK(together[2] == run({.temperature = 1.0F, .seed = 3, .max_tokens = 16}));
+    }
+    // Banned ids never come, sampled either; a forced one always does.
+    auto banned = bias;
+    banned.temperature = 1.0F;
+    banned.seed = 11;
+    for (const std::int32_t id : run(banned)) {
+      CHECK(id != plain[0]);
+      CHECK(id != other);
+    }
+    for (const float temperature : {0.0F, 1.0F}) {
+      const auto forced = run({.temperature = temperature,
+                               .seed = 5,
+                               .max_tokens = 8,
+                               .ignore_eos = true,
+                               .logit_bias = {{42, 100.0F}}});
+      CHECK(forced == std::vector<std::int32_t>(8, 42));
+    }
+    // The log-probabilities stay the model's: the same as without the bias.
+    auto scored = bias;
+    scored.logprobs = 3;
+    auto s = g.submit(prompt, scored);
+    std::optional<cotensor::lm::token_logprobs> first;
+    asio::io_context io;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          (void)co_await s.async_next(asio::use_awaitable);
+          first = s.logprobs();
+          s.cancel();
+        },
+        asio::detached);
+    io.run();
+    REQUIRE(first.has_value());
+    REQUIRE(first->top.size() == 3);
+    CHECK(first->top[0].id == plain[0]);  // banned from the pick, still the likeliest
+  }
+
   TEST_CASE("submit refuses what it cannot run, naming it") {
     const model m = model::load(data / "gpt2-tiny");
     generator g(m);
@@ -815,6 +927,17 @@ TEST_SUITE("lm.generate") {
     CHECK_THROWS_WITH(g.submit(ok, {.stop = {""}}), doctest::Contains("stop"));
     CHECK_THROWS_WITH(g.submit(ok, {.logprobs = 21}), doctest::Contains("logprobs"));
     CHECK_THROWS_WITH(g.submit(ok, {.logprobs = -1}), doctest::Contains("logprobs"));
+    CHECK_THROWS_WITH(g.submit(ok, {.presence_penalty = 2.5F}),
+                      doctest::Contains("presence_penalty"));
+    CHECK_THROWS_WITH(g.submit(ok, {.frequency_penalty = -3.0F}),
+                      doctest::Contains("frequency_penalty"));
+    CHECK_THROWS_WITH(g.submit(ok, {.repetition_penalty = 0.0F}),
+                      doctest::Contains("repetition_penalty"));
+    CHECK_THROWS_WITH(g.submit(ok, {.logit_bias = {{5, 101.0F}}}), doctest::Contains("logit_bias"));
+    CHECK_THROWS_WITH(g.submit(ok, {.logit_bias = {{5, 1.0F}, {5, 2.0F}}}),
+                      doctest::Contains("twice"));
+    CHECK_THROWS_WITH(g.submit(ok, {.logit_bias = {{-1, 1.0F}}}), doctest::Contains("negative"));
+    CHECK_THROWS_AS(g.submit(ok, {.logit_bias = {{1200, 1.0F}}}), std::out_of_range);
     CHECK_THROWS_AS(generator(m, {.block_size = 0}), std::invalid_argument);
     CHECK_THROWS_AS(generator(m, {.kv_cache_bytes = 1}), std::invalid_argument);
   }

@@ -31,6 +31,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace cotensor::lm {
@@ -244,6 +245,11 @@ private:
 inline constexpr int max_logprobs = 20;
 
 /// How a sequence picks its tokens and when it ends (vLLM's `SamplingParams`, its defaults).
+///
+/// Each token is picked from the model's logits adjusted in vLLM's order: `logit_bias` added,
+/// then `repetition_penalty`, `frequency_penalty` and `presence_penalty` applied, then
+/// temperature, top-k and top-p (a greedy pick takes the largest adjusted logit).
+/// `token_logprobs` are the model's, before any of them.
 struct sampling_params {
   /// Divides the logits before the softmax; 0 picks the most likely token (greedy, the lowest
   /// id among equals). Negative or NaN is refused.
@@ -276,6 +282,21 @@ struct sampling_params {
   /// cache not searched for it (its blocks are still offered to other sequences), and each of
   /// its tokens costs a pass over the vocabulary on the generator's thread. None: not computed.
   std::optional<int> prompt_logprobs{};
+  /// Subtracted from the logit of every token the sequence has generated, once however often
+  /// (OpenAI's and vLLM's `presence_penalty`), in [-2, 2]; the prompt's tokens are not counted.
+  /// Positive discourages a token once it appeared, negative encourages it.
+  float presence_penalty = 0.0F;
+  /// Subtracted from the logit of every token the sequence has generated, once for each time it
+  /// was (`frequency_penalty`), in [-2, 2].
+  float frequency_penalty = 0.0F;
+  /// For every token of the prompt or generated, its logit divided by this where positive and
+  /// multiplied by it where not (vLLM's `repetition_penalty`, CTRL's): above 1 discourages
+  /// repeats, below 1 encourages them; finite and above 0, 1 for none.
+  float repetition_penalty = 1.0F;
+  /// Added to the logits of these ids (OpenAI's `logit_bias`), each in [-100, 100], an id at most
+  /// once and below the model's vocabulary (`submit` throws std::out_of_range past it): -100 all
+  /// but bans a token, 100 all but forces it.
+  std::vector<std::pair<std::int32_t, float>> logit_bias{};
 };
 
 /// A token and its log-probability.

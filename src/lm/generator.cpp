@@ -220,6 +220,13 @@ sequence generator::submit(std::vector<std::int32_t> prompt, sampling_params par
                               " is past the vocabulary (" + std::to_string(m.vocab) + ")");
     }
   }
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id >= m.vocab) {
+      throw std::out_of_range("cotensor::lm::generator::submit: logit_bias's id " +
+                              std::to_string(id) + " is past the vocabulary (" +
+                              std::to_string(m.vocab) + ")");
+    }
+  }
   auto s = std::make_shared<sequence::state>();
   s->prompt_size = prompt.size();
   s->limit = std::min(prompt.size() + static_cast<std::size_t>(params.max_tokens),

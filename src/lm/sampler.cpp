@@ -247,6 +247,68 @@ void check_sampling(const sampling_params& p) {
       refuse("a stop text is empty");
     }
   }
+  for (const auto& [value, name] : {std::pair{p.presence_penalty, "presence_penalty"},
+                                    std::pair{p.frequency_penalty, "frequency_penalty"}}) {
+    if (!(value >= -2.0F && value <= 2.0F)) {
+      refuse(std::string(name) + " must be in [-2, 2]");
+    }
+  }
+  if (!(p.repetition_penalty > 0.0F) || std::isinf(p.repetition_penalty)) {
+    refuse("repetition_penalty must be finite and above 0");
+  }
+  std::vector<std::int32_t> biased;
+  biased.reserve(p.logit_bias.size());
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0) {
+      refuse("logit_bias has a negative id (" + std::to_string(id) + ")");
+    }
+    if (!(bias >= -100.0F && bias <= 100.0F)) {
+      refuse("logit_bias of id " + std::to_string(id) + " must be in [-100, 100]");
+    }
+    biased.push_back(id);
+  }
+  std::ranges::sort(biased);
+  if (const auto twice = std::ranges::adjacent_find(biased); twice != biased.end()) {
+    refuse("logit_bias has id " + std::to_string(*twice) + " twice");
+  }
+}
+
+bool adjusts_logits(const sampling_params& p) noexcept {
+  return !p.logit_bias.empty() || p.presence_penalty != 0.0F || p.frequency_penalty != 0.0F ||
+         p.repetition_penalty != 1.0F;
+}
+
+void adjust_logits(std::span<float> logits,
+                   const sampling_params& p,
+                   std::span<const std::int32_t> prompt,
+                   std::span<const std::int32_t> generated) {
+  for (const auto& [id, bias] : p.logit_bias) {
+    logits[static_cast<std::size_t>(id)] += bias;
+  }
+  if (p.repetition_penalty != 1.0F) {
+    std::vector<bool> seen(logits.size());
+    for (const std::span<const std::int32_t> ids : {prompt, generated}) {
+      for (const std::int32_t id : ids) {
+        const auto i = static_cast<std::size_t>(id);
+        if (!seen[i]) {
+          seen[i] = true;
+          float& x = logits[i];
+          x = x > 0.0F ? x / p.repetition_penalty : x * p.repetition_penalty;
+        }
+      }
+    }
+  }
+  if (p.frequency_penalty != 0.0F || p.presence_penalty != 0.0F) {
+    std::vector<std::int32_t> sorted(generated.begin(), generated.end());
+    std::ranges::sort(sorted);
+    for (auto run = sorted.begin(); run != sorted.end();) {
+      const auto end = std::ranges::upper_bound(run, sorted.end(), *run);
+      float& x = logits[static_cast<std::size_t>(*run)];
+      x -= p.frequency_penalty * static_cast<float>(end - run);
+      x -= p.presence_penalty;
+      run = end;
+    }
+  }
 }
 
 bool is_greedy(const sampling_params& p) noexcept { return p.temperature == 0.0F || p.top_k == 1; }

@@ -18,6 +18,20 @@ void check_sampling(const sampling_params& p);
 /// row's first largest logit and its value.
 bool is_greedy(const sampling_params& p) noexcept;
 
+/// Whether `p` adjusts a row's logits before the pick (`logit_bias` or a penalty), which then
+/// needs the whole row.
+bool adjusts_logits(const sampling_params& p) noexcept;
+
+/// `logits` (one row of the vocabulary) adjusted by `p` for a sequence of `prompt` and
+/// `generated` ids, in vLLM's order and float arithmetic: each `logit_bias` added; then for each
+/// id of the prompt or generated (once), x / repetition_penalty where x > 0, else x ·
+/// repetition_penalty; then for each generated id seen c times, c · frequency_penalty subtracted,
+/// then presence_penalty. The ids are below the row's size (submit checks them).
+void adjust_logits(std::span<float> logits,
+                   const sampling_params& p,
+                   std::span<const std::int32_t> prompt,
+                   std::span<const std::int32_t> generated);
+
 /// The greedy pick of a row whose first largest logit is at `first_largest` with value
 /// `largest` (argmax and max over the row; max is NaN or +infinity where the row has one).
 /// Throws std::runtime_error, as `sample`, if the row has a NaN or +infinity.

@@ -197,7 +197,8 @@ bool generator::state::step() {
   // as float32 (a copy of 3.2 MB, then a scan of each row). Else every row's logits.
   const bool greedy = std::ranges::all_of(parts, [](const part& p) {
     const auto [first, end] = prompt_rows(p);
-    return first == end && (!p.sample || (is_greedy(p.s->params) && !p.s->params.logprobs));
+    return first == end && (!p.sample || (is_greedy(p.s->params) && !p.s->params.logprobs &&
+                                          !adjusts_logits(p.s->params)));
   });
   std::vector<float> logits;
   std::vector<std::int64_t> firsts;
@@ -296,8 +297,17 @@ bool generator::state::step() {
         picked.push_back({&s, pick_greedy(firsts[r], largest[r]), std::nullopt});
       } else {
         const std::span<const float> row_logits(logits.data() + r * vocab, vocab);
+        // The bias and penalties on a copy: the log-probabilities stay the model's.
+        std::vector<float> adjusted;
+        if (adjusts_logits(s.params)) {
+          adjusted.assign(row_logits.begin(), row_logits.end());
+          const std::span<const std::int32_t> tokens(s.tokens);
+          adjust_logits(adjusted, s.params, tokens.first(s.prompt_size),
+                        tokens.subspan(s.prompt_size));
+        }
         const std::int32_t id =
-            sample(row_logits, s.params, s.seed, static_cast<std::uint64_t>(s.generated));
+            sample(adjusted.empty() ? row_logits : std::span<const float>(adjusted), s.params,
+                   s.seed, static_cast<std::uint64_t>(s.generated));
         std::optional<token_logprobs> logprobs;
         if (s.params.logprobs) {
           logprobs = logprobs_of(row_logits, id, *s.params.logprobs);

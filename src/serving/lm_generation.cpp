@@ -13,6 +13,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -122,6 +123,40 @@ void read_sampling(const json::object& o, generation_request& r, sampling_route 
       refuse("top_k", "must be -1 (off), 0 (off) or a positive count");
     }
     p.top_k = k < 0 ? 0 : static_cast<int>(k);
+  }
+  for (const auto& [name, penalty] : {std::pair{"presence_penalty", &p.presence_penalty},
+                                      std::pair{"frequency_penalty", &p.frequency_penalty}}) {
+    if (const auto* v = field(o, name)) {
+      const double x = number(*v, name);
+      if (!(x >= -2.0 && x <= 2.0)) {
+        refuse(name, "must be between -2 and 2");
+      }
+      *penalty = static_cast<float>(x);
+    }
+  }
+  if (const auto* v = field(o, "repetition_penalty")) {
+    const double x = number(*v, "repetition_penalty");
+    if (!(x > 0.0 && x <= std::numeric_limits<float>::max())) {
+      refuse("repetition_penalty", "must be above 0 (1: none)");
+    }
+    p.repetition_penalty = static_cast<float>(x);
+  }
+  if (const auto* v = field(o, "logit_bias")) {
+    if (!v->is_object()) {
+      refuse("logit_bias", "must be an object of token ids to numbers");
+    }
+    for (const auto& [key, value] : v->get_object()) {
+      std::int32_t id = 0;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc{} || end != key.data() + key.size() || id < 0) {
+        refuse("logit_bias", "keys must be token ids, not '" + std::string(key) + "'");
+      }
+      const double bias = number(value, "logit_bias");
+      if (!(bias >= -100.0 && bias <= 100.0)) {
+        refuse("logit_bias", "values must be between -100 and 100");
+      }
+      p.logit_bias.emplace_back(id, static_cast<float>(bias));
+    }
   }
   if (const auto* v = field(o, "seed")) {
     p.seed = static_cast<std::uint64_t>(integer(*v, "seed"));
@@ -280,6 +315,14 @@ std::string_view finish_name(lm::finish_reason r) noexcept {
 
 submitted_generation submit_generation(served_lm& s, generation_request r) {
   submitted_generation g{.seq = {}, .prompt_size = r.prompt.size(), .stops = r.params.stop};
+  const std::size_t vocabulary = s.lm->model.tokenizer().vocab_size();
+  for (const auto& [id, bias] : r.params.logit_bias) {
+    if (static_cast<std::size_t>(id) >= vocabulary) {
+      throw lm_request_error(
+          400, "'logit_bias' holds id " + std::to_string(id) + ", which is not in the vocabulary",
+          "logit_bias");
+    }
+  }
   try {
     g.seq = s.gen.submit(std::move(r.prompt), std::move(r.params));
   } catch (const std::length_error& e) {

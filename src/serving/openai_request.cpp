@@ -152,17 +152,8 @@ void refuse_unsupported(const json::object& o) {
     throw lm_request_error(400, "'" + std::string(name) + "' " + std::string(what),
                            std::string(name));
   };
-  for (const std::string_view penalty : {"presence_penalty", "frequency_penalty"}) {
-    if (given(penalty) && !(o.at(penalty).is_number() && o.at(penalty).to_number<double>() == 0)) {
-      refuse(penalty, "is not supported (only 0)");
-    }
-  }
   if (given("best_of") && o.at("best_of") != 1) {
     refuse("best_of", "is not supported (only 1)");
-  }
-  if (given("logit_bias") &&
-      !(o.at("logit_bias").is_object() && o.at("logit_bias").get_object().empty())) {
-    refuse("logit_bias", "is not supported");
   }
   for (const std::string_view name : {"tools", "functions"}) {
     if (given(name) && !(o.at(name).is_array() && o.at(name).get_array().empty())) {

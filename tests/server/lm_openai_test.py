@@ -325,6 +325,38 @@ def run_cases(server):
                 text = decode(DATA / folder, want[:n])
                 assert r.choices[0].text == text, (model, i, r.choices[0].text, text)
 
+    @case("logit_bias and the penalties: a forced token always comes, a banned one never, on "
+          "every route")
+    def _():
+        prompt, want = greedy["ids_0"], greedy["greedy_0"]
+        kw = dict(model="gpt2", prompt=prompt, max_tokens=8, temperature=0,
+                  extra_body={"ignore_eos": True})
+        plain = client.completions.create(**kw).choices[0].text
+        assert plain == decode(DATA / "gpt2-tiny", want[:8])
+        forced = client.completions.create(**kw, logit_bias={"42": 100}).choices[0].text
+        assert forced == decode(DATA / "gpt2-tiny", [42] * 8), forced
+        # Greedy's first token banned: another comes first, sampled too.
+        for extra in ({}, {"temperature": 1.0, "seed": 4}):
+            r = client.completions.create(**{**kw, **extra}, logit_bias={str(want[0]): -100},
+                                          logprobs=1)
+            first = r.choices[0].logprobs.tokens[0]
+            assert first != decode(DATA / "gpt2-tiny", [want[0]]), (extra, first)
+        # Penalties change greedy's text (gpt2-tiny repeats itself without them).
+        for penalty in ({"presence_penalty": 2, "frequency_penalty": 2},
+                        {"extra_body": {"ignore_eos": True, "repetition_penalty": 3.0}}):
+            text = client.completions.create(**{**kw, **penalty}).choices[0].text
+            assert text != plain, penalty
+        chat = client.chat.completions.create(
+            model="qwen", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+            temperature=0, logit_bias={"42": 100}, extra_body={"ignore_eos": True})
+        assert chat.choices[0].message.content == decode(DATA / "qwen2-tiny", [42] * 4), chat
+        status, _, data = raw(server, "POST", "/v2/models/gpt2/generate",
+                              {"text_input": "Hello", "parameters": {
+                                  "max_tokens": 3, "temperature": 0, "ignore_eos": True,
+                                  "logit_bias": {"42": 100}}})
+        assert status == 200, data
+        assert json.loads(data)["text_output"].endswith(decode(DATA / "gpt2-tiny", [42] * 3)), data
+
     @case("a streamed completion gives the same text, one id, usage, then [DONE]")
     def _():
         kw = dict(model="gpt2", prompt="Hello, world", max_tokens=20, temperature=0,
@@ -729,9 +761,16 @@ def run_cases(server):
             ({"model": "gpt2", "prompt": "x", "stop": ["s"] * 17}, 400, "stop"),
             ({"model": "gpt2", "prompt": "x", "stop": "s" * 1025}, 400, "stop"),
             ({"model": "gpt2", "prompt": "x" * (64 * 1024 + 1)}, 400, "prompt"),
-            ({"model": "gpt2", "prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty"),
+            ({"model": "gpt2", "prompt": "x", "presence_penalty": 2.5}, 400, "presence_penalty"),
+            ({"model": "gpt2", "prompt": "x", "frequency_penalty": "x"}, 400, "frequency_penalty"),
+            ({"model": "gpt2", "prompt": "x", "repetition_penalty": 0}, 400,
+             "repetition_penalty"),
             ({"model": "gpt2", "prompt": "x", "best_of": 3}, 400, "best_of"),
-            ({"model": "gpt2", "prompt": "x", "logit_bias": {"5": 1}}, 400, "logit_bias"),
+            ({"model": "gpt2", "prompt": "x", "logit_bias": [5]}, 400, "logit_bias"),
+            ({"model": "gpt2", "prompt": "x", "logit_bias": {"five": 1}}, 400, "logit_bias"),
+            ({"model": "gpt2", "prompt": "x", "logit_bias": {"5": 101}}, 400, "logit_bias"),
+            ({"model": "gpt2", "prompt": "x", "logit_bias": {"5": "1"}}, 400, "logit_bias"),
+            ({"model": "gpt2", "prompt": "x", "logit_bias": {"99999": 1}}, 400, "logit_bias"),
             ({"model": "gpt2", "prompt": "x", "tools": [{"type": "function"}]}, 400, "tools"),
             ({"model": "gpt2", "prompt": "x", "response_format": {"type": "json_object"}}, 400,
              "response_format"),
