@@ -1,8 +1,9 @@
 // Picking one token from a row of GPT-2's 50,257 logits on the generator's thread, as every
 // sampled row of a step does between two steps while the workers wait: greedy, temperature
-// alone, top-k, top-p (the nucleus) and both, and the log-probabilities of the token with its
-// 5 likeliest. The row is a normal's draw (sd 3, a peaked distribution as a model's logits;
-// top-p also over a flat one, sd 0.3); prints the median microseconds of each, over 201 tokens.
+// alone, top-k, top-p (the nucleus) and both, the log-probabilities of the token with its 5
+// likeliest, and the bias and penalties' adjustment of the row. The row is a normal's draw (sd 3, a
+// peaked distribution as a model's logits; top-p also over a flat one, sd 0.3); prints the median
+// microseconds of each, over 201 tokens.
 //
 //   cotensor_bench_lm_sampling [--repeat N] [--quick]   (--quick: one run)
 
@@ -11,6 +12,7 @@
 
 #include <cstdio>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -58,6 +60,31 @@ int main(int argc, char** argv) try {
   });
   time("logprobs5", [&](std::uint64_t n) {
     return lm::logprobs_of(row, static_cast<std::int32_t>(n), 5).top[0].id;
+  });
+  // The bias and the penalties as the scheduler applies them: a copy of the row adjusted for a
+  // sequence of a 1,024-id prompt and 256 generated ids, then (t1_penalties) the pick.
+  std::vector<std::int32_t> ids(1024 + 256);
+  std::uniform_int_distribution<std::int32_t> any_id(0, static_cast<std::int32_t>(row.size()) - 1);
+  for (std::int32_t& id : ids) {
+    id = any_id(rng);
+  }
+  const std::span<const std::int32_t> prompt = std::span(ids).first(1024);
+  const std::span<const std::int32_t> generated = std::span(ids).subspan(1024);
+  const lm::sampling_params penalized{.temperature = 1.0F,
+                                      .presence_penalty = 0.5F,
+                                      .frequency_penalty = 0.5F,
+                                      .repetition_penalty = 1.1F,
+                                      .logit_bias = {{50256, -100.0F}}};
+  std::vector<float> adjusted;
+  time("penalties_adjust", [&](std::uint64_t) {
+    adjusted.assign(row.begin(), row.end());
+    lm::adjust_logits(adjusted, penalized, prompt, generated);
+    return static_cast<std::int32_t>(adjusted[0]);
+  });
+  time("t1_penalties", [&](std::uint64_t n) {
+    adjusted.assign(row.begin(), row.end());
+    lm::adjust_logits(adjusted, penalized, prompt, generated);
+    return lm::sample(adjusted, penalized, 7, n);
   });
   return 0;
 } catch (const std::exception& e) {
