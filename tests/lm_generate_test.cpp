@@ -849,8 +849,12 @@ TEST_SUITE("lm.generate") {
     const auto next = std::ranges::find_if(plain, [&](std::int32_t id) { return id != plain[0]; });
     REQUIRE(next != plain.end());
     const std::int32_t other = *next;
+    std::int32_t favoured = 7;
+    while (favoured == plain[0] || favoured == other) {
+      ++favoured;
+    }
     auto bias = greedy;
-    bias.logit_bias = {{plain[0], -100.0F}, {other, -100.0F}, {7, 2.5F}};
+    bias.logit_bias = {{plain[0], -100.0F}, {other, -100.0F}, {favoured, 2.5F}};
     auto all = bias;
     all.repetition_penalty = 0.5F;  // below 1: repeats encouraged
     all.presence_penalty = -1.0F;
@@ -868,22 +872,45 @@ TEST_SUITE("lm.generate") {
         ids.push_back(id);
       }
       // Among other sequences, greedy or sampled, the same tokens; the others' are theirs alone.
+      // A seeded sample under the same adjustment: its own tokens, not the unadjusted ones.
+      auto sampled = p;
+      sampled.temperature = 1.0F;
+      sampled.seed = 3;
+      auto unadjusted = greedy;
+      unadjusted.temperature = 1.0F;
+      unadjusted.seed = 3;
+      const auto alone = run(sampled);
+      CHECK(alone != run(unadjusted));
       std::vector<sequence> batch;
       batch.push_back(g.submit(prompt, greedy));
       batch.push_back(g.submit(prompt, p));
-      batch.push_back(g.submit(prompt, {.temperature = 1.0F, .seed = 3, .max_tokens = 16}));
+      batch.push_back(g.submit(prompt, unadjusted));
+      batch.push_back(g.submit(prompt, sampled));
       const auto together = read_all(batch);
       CHECK(together[0] == plain);
       CHECK(together[1] == tokens);
-      CHECK(together[2] == run({.temperature = 1.0F, .seed = 3, .max_tokens = 16}));
+      CHECK(together[2] == run(unadjusted));
+      CHECK(together[3] == alone);
     }
-    // Banned ids never come, sampled either; a forced one always does.
-    auto banned = bias;
+    // Every id but three banned: sampled, only those three come; a forced one always does.
+    auto banned = greedy;
     banned.temperature = 1.0F;
     banned.seed = 11;
+    for (std::int32_t id = 0; id < m.vocab_size(); ++id) {
+      if (id < 5 || id > 7) {
+        banned.logit_bias.emplace_back(id, -100.0F);
+      }
+    }
     for (const std::int32_t id : run(banned)) {
-      CHECK(id != plain[0]);
-      CHECK(id != other);
+      CHECK((id >= 5 && id <= 7));
+    }
+    // A penalty far from 1 holds the logits within float's range: the sequence goes on.
+    for (const float penalty : {1e-40F, 1e38F}) {
+      auto extreme = greedy;
+      extreme.repetition_penalty = penalty;
+      CHECK(run(extreme).size() == 16);
+      extreme.temperature = 1.0F;
+      CHECK(run(extreme).size() == 16);
     }
     for (const float temperature : {0.0F, 1.0F}) {
       const auto forced = run({.temperature = temperature,

@@ -228,6 +228,9 @@ public:
   std::string_view architecture() const noexcept;
   /// The most ids a sequence may have (`n_positions`, `max_position_embeddings`).
   std::int64_t context_length() const noexcept;
+  /// The ids the model scores, the logits' row length (`vocab_size`): the ids a prompt or a
+  /// `logit_bias` may name. It may exceed the tokenizer's (Qwen2's 151,936 for 151,665 tokens).
+  std::int64_t vocab_size() const noexcept;
   /// The ids that end a generation: `eos_token_id` of generation_config.json, else of
   /// config.json (a number or a list; none if neither has it).
   std::span<const std::int32_t> eos_token_ids() const noexcept;
@@ -290,12 +293,13 @@ struct sampling_params {
   /// was (`frequency_penalty`), in [-2, 2].
   float frequency_penalty = 0.0F;
   /// For every token of the prompt or generated, its logit divided by this where positive and
-  /// multiplied by it where not (vLLM's `repetition_penalty`, CTRL's): above 1 discourages
-  /// repeats, below 1 encourages them; finite and above 0, 1 for none.
+  /// multiplied by it where not (vLLM's `repetition_penalty`, CTRL's), a result past float's
+  /// range held at its largest finite value: above 1 discourages repeats, below 1 encourages
+  /// them; finite and above 0, 1 for none.
   float repetition_penalty = 1.0F;
-  /// Added to the logits of these ids (OpenAI's `logit_bias`), each in [-100, 100], an id at most
-  /// once and below the model's vocabulary (`submit` throws std::out_of_range past it): -100 all
-  /// but bans a token, 100 all but forces it.
+  /// Added to the logits of these ids (OpenAI's `logit_bias`): -100 all but bans a token, 100 all
+  /// but forces it. `submit` throws std::invalid_argument for a bias outside [-100, 100], a
+  /// negative id or an id given twice, std::out_of_range for an id from `model::vocab_size()` on.
   std::vector<std::pair<std::int32_t, float>> logit_bias{};
 };
 

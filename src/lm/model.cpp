@@ -349,6 +349,8 @@ std::string_view model::architecture() const noexcept { return impl_->architectu
 
 std::int64_t model::context_length() const noexcept { return impl_->positions; }
 
+std::int64_t model::vocab_size() const noexcept { return impl_->vocab; }
+
 std::span<const std::int32_t> model::eos_token_ids() const noexcept { return impl_->eos; }
 
 const chat_template* model::chat_template() const noexcept {

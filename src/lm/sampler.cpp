@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -292,8 +293,13 @@ void adjust_logits(std::span<float> logits,
         const auto i = static_cast<std::size_t>(id);
         if (!seen[i]) {
           seen[i] = true;
+          // Held within float's range: a tiny or huge penalty must not make a finite logit
+          // infinite (a logit that is not finite stays so, for sample to refuse or weigh 0).
           float& x = logits[i];
-          x = x > 0.0F ? x / p.repetition_penalty : x * p.repetition_penalty;
+          if (std::isfinite(x)) {
+            x = std::clamp(x > 0.0F ? x / p.repetition_penalty : x * p.repetition_penalty,
+                           -std::numeric_limits<float>::max(), std::numeric_limits<float>::max());
+          }
         }
       }
     }

@@ -23,10 +23,11 @@ bool is_greedy(const sampling_params& p) noexcept;
 bool adjusts_logits(const sampling_params& p) noexcept;
 
 /// `logits` (one row of the vocabulary) adjusted by `p` for a sequence of `prompt` and
-/// `generated` ids, in vLLM's order and float arithmetic: each `logit_bias` added; then for each
-/// id of the prompt or generated (once), x / repetition_penalty where x > 0, else x ·
-/// repetition_penalty; then for each generated id seen c times, c · frequency_penalty subtracted,
-/// then presence_penalty. The ids are below the row's size (submit checks them).
+/// `generated` ids, in vLLM's order, in float: each `logit_bias` added; then for each id of the
+/// prompt or generated (once), x / repetition_penalty where x > 0, else x · repetition_penalty,
+/// a finite result held within float's range; then for each generated id seen c times,
+/// c · frequency_penalty subtracted, then presence_penalty. The ids are below the row's size
+/// (submit checks them).
 void adjust_logits(std::span<float> logits,
                    const sampling_params& p,
                    std::span<const std::int32_t> prompt,

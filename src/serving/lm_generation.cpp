@@ -136,8 +136,8 @@ void read_sampling(const json::object& o, generation_request& r, sampling_route 
   }
   if (const auto* v = field(o, "repetition_penalty")) {
     const double x = number(*v, "repetition_penalty");
-    if (!(x > 0.0 && x <= std::numeric_limits<float>::max())) {
-      refuse("repetition_penalty", "must be above 0 (1: none)");
+    if (!(x <= std::numeric_limits<float>::max() && static_cast<float>(x) > 0.0F)) {
+      refuse("repetition_penalty", "must be above 0 (1: none) and within float's range");
     }
     p.repetition_penalty = static_cast<float>(x);
   }
@@ -156,6 +156,15 @@ void read_sampling(const json::object& o, generation_request& r, sampling_route 
         refuse("logit_bias", "values must be between -100 and 100");
       }
       p.logit_bias.emplace_back(id, static_cast<float>(bias));
+    }
+    // "1" and "01" are two keys of one id.
+    std::vector<std::int32_t> ids;
+    for (const auto& [id, bias] : p.logit_bias) {
+      ids.push_back(id);
+    }
+    std::ranges::sort(ids);
+    if (const auto twice = std::ranges::adjacent_find(ids); twice != ids.end()) {
+      refuse("logit_bias", "names id " + std::to_string(*twice) + " twice");
     }
   }
   if (const auto* v = field(o, "seed")) {
@@ -315,12 +324,13 @@ std::string_view finish_name(lm::finish_reason r) noexcept {
 
 submitted_generation submit_generation(served_lm& s, generation_request r) {
   submitted_generation g{.seq = {}, .prompt_size = r.prompt.size(), .stops = r.params.stop};
-  const std::size_t vocabulary = s.lm->model.tokenizer().vocab_size();
   for (const auto& [id, bias] : r.params.logit_bias) {
-    if (static_cast<std::size_t>(id) >= vocabulary) {
-      throw lm_request_error(
-          400, "'logit_bias' holds id " + std::to_string(id) + ", which is not in the vocabulary",
-          "logit_bias");
+    if (id >= s.lm->model.vocab_size()) {
+      throw lm_request_error(400,
+                             "'logit_bias' holds id " + std::to_string(id) +
+                                 ", past the model's vocabulary of " +
+                                 std::to_string(s.lm->model.vocab_size()),
+                             "logit_bias");
     }
   }
   try {
