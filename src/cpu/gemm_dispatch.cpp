@@ -166,10 +166,11 @@ gemm_kernel f32_gemm_kernel_for_this_call(std::int64_t rows) {
   // cotensor's kernel for every shape; on Intel Sapphire Rapids OpenBLAS's SkylakeX kernels on
   // tiles beat it past a decode step's rows (285-318 against 248-270 GFLOP/s at 1000² to
   // 4000²), and cotensor's row path keeps the products of few rows: so OpenBLAS past them on
-  // the Intel CPUs with AVX-512 FP16, Sapphire Rapids's generation on. On Ice Lake (no AVX-512
-  // FP16) cotensor's kernel for every shape, so a row's bits never depend on the rows around
-  // it: against OpenBLAS 1.07-1.18x at 1000², 0.99-1.12x at 2000², 0.91-1.02x at 4000²
-  // (medians of three sets of alternated runs). OpenBLAS where the CPU lacks AVX-512.
+  // the Intel CPUs with AVX-512 FP16, Sapphire Rapids's generation on. Without it (Ice Lake
+  // measured, Skylake-X to Tiger Lake not) cotensor's kernel for every shape, so a row's bits
+  // never depend on the rows around it; on Ice Lake against OpenBLAS 1.07-1.18x at 1000²,
+  // 0.99-1.12x at 2000², 0.91-1.02x at 4000² (medians of three sets of alternated runs).
+  // OpenBLAS where the CPU lacks AVX-512.
   return kernel_from_environment(
       "COTENSOR_GEMM_F32",
       {{gemm_kernel::avx512, cpu_has_avx512, "AVX-512"}, {gemm_kernel::openblas, always, ""}},
@@ -188,8 +189,8 @@ gemm_kernel bf16_gemm_kernel_for_this_call(std::int64_t rows) {
   // hypervisor) one vdpbf16ps retires every other cycle, half the rate of the FMAs: there the
   // pairs split into floats on the FMAs up to bf16_rows_on_own_kernel rows and for B laid out
   // beforehand, and past them the converting path (float32 SGEMM, on OpenBLAS on Emerald
-  // Rapids, faster there than cotensor's float32 kernel: 218 against 152 GFLOP/s for vdpbf16ps
-  // at 256 x 1000 x 1000). An AVX-512 CPU without AVX-512 BF16 (Ice Lake) takes the same two
+  // Rapids, faster there than the vdpbf16ps kernel: 218 against 152 GFLOP/s at 256 x 1000 x
+  // 1000). An AVX-512 CPU without AVX-512 BF16 (Ice Lake) takes the same two
   // paths.
   return kernel_from_environment(
       "COTENSOR_GEMM_BF16",
